@@ -1,0 +1,1 @@
+"""specsweep: measure when speculative decoding pays, honestly."""

@@ -1,0 +1,6 @@
+"""Draft models. Each is built from its `conf/draft/NAME.yaml` by Hydra's instantiate."""
+from .base import Draft
+from .bigram import BigramDraft
+from .quantized import QuantizedDraft
+
+__all__ = ["Draft", "BigramDraft", "QuantizedDraft"]

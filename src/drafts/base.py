@@ -1,0 +1,49 @@
+"""The draft interface: what the speculative loop needs from a draft model.
+
+A draft proposes k chars after the committed sequence and returns, with them, the exact
+distributions it sampled them from, so the acceptance ratio p/q uses that very q.
+
+To add a draft: subclass `Draft` in a module of `src/drafts/`, then write
+`conf/draft/NAME.yaml` with `_target_: src.drafts.module.ClassName`, `name: NAME` and the
+class's own keyword arguments. Every draft is built as `cls(target=..., train_ids=..., **cfg)`.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..model import Transformer
+
+
+class Draft:
+    name: str = "draft"
+
+    def __init__(self, target: Transformer, train_ids: torch.Tensor, name: str | None = None):
+        self.name = name or self.name
+        self.vocab_size = target.cfg.vocab_size
+        self.block_size = target.cfg.block_size
+
+    def reset(self) -> None:
+        """Forget any state: a new sequence starts."""
+
+    def propose(self, tokens: torch.Tensor, length: int, k: int, temperature: float,
+                gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """Draft k chars after tokens[:length].
+
+        tokens: (block_size,) long buffer, committed chars in [:length].
+        Returns (drafts (k,) long, q (k, V) float32): q[i] is the distribution drafts[i] was
+        sampled from, at `temperature` (one-hot at 0).
+        """
+        raise NotImplementedError
+
+    def rewind(self, length: int) -> None:
+        """Only tokens[:length] of what the draft has seen still stand (the rest were rejected)."""
+
+    @torch.no_grad()
+    def probs(self, idx: torch.Tensor, temperature: float) -> torch.Tensor:
+        """(B, T) ids -> (B, T, V): the distribution of the next char after each prefix, exactly
+        what `propose` samples from. Used by the exactness checks."""
+        raise NotImplementedError
+
+    def describe(self) -> dict:
+        """Draft facts worth logging (memory, smoothing, ...)."""
+        return {}

@@ -1,0 +1,67 @@
+"""Bigram draft: the next char depends on the previous one only (the seed's part-1 baseline).
+
+q(b | a) = (count(a b) + alpha) / (count(a) + alpha * V) over the training split. With
+alpha > 0 every q is positive, so q > 0 wherever the target can put mass. At temperature T
+the table becomes q^(1/T) renormalized (the same temperature rule as the target's logits,
+applied to log q).
+
+The hot loop avoids per-char tensor work: k uniforms are drawn in one call, each char is an
+inverse-CDF lookup (bisect on a precomputed float64 row), and q is one gather at the end.
+"""
+from __future__ import annotations
+
+import bisect
+
+import torch
+
+from ..sampling import probs_from_logits
+from .base import Draft
+
+
+class BigramDraft(Draft):
+    name = "bigram"
+
+    def __init__(self, target, train_ids: torch.Tensor, name: str | None = None, alpha: float = 1.0):
+        super().__init__(target, train_ids, name)
+        if alpha <= 0:
+            raise ValueError(f"bigram alpha must be > 0 so that q > 0 everywhere, got {alpha}")
+        V = self.vocab_size
+        counts = torch.zeros(V * V, dtype=torch.float64)
+        counts.index_add_(0, train_ids[:-1] * V + train_ids[1:], torch.ones(len(train_ids) - 1, dtype=torch.float64))
+        counts = counts.view(V, V) + alpha
+        self.alpha = alpha
+        self.log_q = (counts / counts.sum(-1, keepdim=True)).log().float()  # (V, V) row = previous char
+        self._temperature = None
+
+    def _tables(self, temperature: float):
+        if temperature != self._temperature:
+            self._q = probs_from_logits(self.log_q, temperature)  # (V, V) float32, what we sample from
+            cdf = self._q.double().cumsum(-1)
+            cdf /= cdf[:, -1:].clone()
+            # From each row's last nonzero entry on, set the CDF to exactly 1 so that rounding
+            # can never select a char of probability 0.
+            last = (self._q > 0).double().cumsum(-1).argmax(-1)
+            cols = torch.arange(self.vocab_size)
+            cdf[cols.unsqueeze(0) >= last.unsqueeze(1)] = 1.0
+            self._cdf = cdf.tolist()
+            self._temperature = temperature
+        return self._q, self._cdf
+
+    def propose(self, tokens, length, k, temperature, gen):
+        q_table, cdf = self._tables(temperature)
+        u = torch.rand(k, generator=gen, dtype=torch.float64).tolist()
+        prev = int(tokens[length - 1])
+        chain = [prev]
+        for ui in u:
+            prev = bisect.bisect_right(cdf[prev], ui)
+            chain.append(prev)
+        chain_t = torch.tensor(chain, dtype=torch.long)
+        return chain_t[1:].to(tokens.device), q_table[chain_t[:-1]].to(tokens.device)
+
+    @torch.no_grad()
+    def probs(self, idx, temperature):
+        q_table, _ = self._tables(temperature)
+        return q_table.to(idx.device)[idx]
+
+    def describe(self):
+        return {"alpha": self.alpha, "table_bytes": self.log_q.numel() * 4}

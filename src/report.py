@@ -1,0 +1,35 @@
+"""Human-readable rendering of one trial's result."""
+from __future__ import annotations
+
+from .trial import TrialResult
+
+
+def trial_block(cfg, r: TrialResult) -> str:
+    m = r.metrics
+    k = cfg.k
+    per_pos = " ".join(f"{m[f'acceptance_pos_{i}']:.2f}" for i in range(1, k + 1))
+    lines = [
+        f"draft {r.info['draft']}  k={k}  seed={cfg.seed}  n_chars={cfg.n_chars}  temperature={cfg.temperature}",
+        f"target {r.info['target_key']}: {r.info['target_params']} params, val loss {r.info['target_val_loss']:.4f} nats/char",
+        f"acceptance        {m['acceptance']:.3f}  (per tested position {m['position_acceptance']:.3f}, "
+        f"analytic {m['analytic_acceptance']:.3f})",
+        f"P(draft i kept)   {per_pos}",
+        f"chars per pass    {m['chars_per_pass']:.2f}   target passes {m['target_passes']} (baseline {m['baseline_passes']})",
+        f"cost              target pass {m['target_pass_us']:.0f} us, verify pass (k+1) {m['verify_pass_us']:.0f} us, "
+        f"draft {m['draft_char_us']:.1f} us/char, c = {m['c']:.3f}",
+        f"speedup           {m['speedup_median']:.2f}x  [{m['speedup_min']:.2f}-{m['speedup_max']:.2f}] "
+        f"over {cfg.timing.pairs} alternated pairs ({m['speedup_range_confidence']:.1%} interval for the median)",
+        f"predicted         {m['predicted_speedup']:.2f}x  = chars per pass / (1 + k c)",
+    ]
+    if m["min_cpu_wall_ratio"] < 0.8:
+        lines.append(f"warning: a timed run got only {m['min_cpu_wall_ratio']:.2f} CPU/wall (descheduled)")
+    for arm in ("baseline", "speculative"):
+        if m[f"{arm}_iqr_rel"] > 0.10:
+            lines.append(f"warning: {arm} times spread {m[f'{arm}_iqr_rel']:.0%} (IQR/median)")
+    if m["speedup_min"] < 1.0 < m["speedup_max"]:
+        lines.append("note: the range straddles 1.0: no demonstrated speedup or slowdown")
+    if "tvd_speculative" in m:
+        lines.append(f"exactness         TVD speculative {m['tvd_speculative']:.4f} vs direct {m['tvd_direct']:.4f} "
+                     f"({cfg.exactness.samples} samples of the first char)")
+    lines.append(f"text              {r.text[:80]!r}")
+    return "\n".join(lines)

@@ -1,0 +1,185 @@
+"""Train the target once and cache it under a hash of everything that determines it.
+
+Cache key = sha256 of (corpus sha256, model config, training config, seed). The checkpoint
+is written atomically with a sha256 sidecar; a file lock makes concurrent workers on a
+fresh machine train it once: the first takes the lock and trains, the others wait and load.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from filelock import FileLock
+from tqdm import tqdm
+
+from .atomic import atomic_path, write_text
+from .errors import SpecsweepError
+from .model import ModelConfig, Transformer
+from .tokenizer import CharTokenizer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    steps: int = 3000
+    batch_size: int = 16
+    lr: float = 3e-3
+    min_lr: float = 3e-4
+    warmup_steps: int = 100
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    eval_interval: int = 500
+    eval_batches: int = 8
+    val_fraction: float = 0.1
+
+
+@dataclass
+class TrainedTarget:
+    model: Transformer
+    tokenizer: CharTokenizer
+    key: str  # the cache key: identifies this target in every trial record
+    val_loss: float
+    path: Path
+
+
+def cache_key(corpus_sha: str, model_cfg: dict, train_cfg: TrainConfig, seed: int) -> str:
+    blob = json.dumps({"corpus": corpus_sha, "model": model_cfg, "train": asdict(train_cfg),
+                       "seed": seed}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _windows(ids: torch.Tensor, block: int, batch: int, gen: torch.Generator):
+    # random (batch, block) input windows and their next-char targets
+    starts = torch.randint(0, len(ids) - block - 1, (batch,), generator=gen)
+    x = torch.stack([ids[s:s + block] for s in starts.tolist()])
+    y = torch.stack([ids[s + 1:s + block + 1] for s in starts.tolist()])
+    return x, y
+
+
+@torch.no_grad()
+def evaluate(model: Transformer, ids: torch.Tensor, block: int, batch: int = 32) -> float:
+    """Mean next-char loss (nats/char) over all non-overlapping windows of `ids`."""
+    model.eval()
+    n_win = (len(ids) - 1) // block
+    if n_win == 0:
+        raise SpecsweepError(f"validation split ({len(ids)} chars) is shorter than one window ({block})")
+    x_all = ids[: n_win * block].view(n_win, block)
+    y_all = ids[1: n_win * block + 1].view(n_win, block)
+    total = 0.0
+    for i in range(0, n_win, batch):
+        logits = model(x_all[i:i + batch])
+        total += F.cross_entropy(logits.flatten(0, 1), y_all[i:i + batch].flatten(), reduction="sum").item()
+    return total / (n_win * block)
+
+
+def _lr(step: int, cfg: TrainConfig) -> float:
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    frac = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
+    return cfg.min_lr + 0.5 * (cfg.lr - cfg.min_lr) * (1 + math.cos(math.pi * frac))
+
+
+def train(model: Transformer, train_ids, val_ids, cfg: TrainConfig, seed: int, progress: bool = True):
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
+    block = model.cfg.block_size
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.99))
+    bar = tqdm(range(cfg.steps), desc="training target", disable=not progress, mininterval=2.0)
+    for step in bar:
+        model.train()
+        for g in opt.param_groups:
+            g["lr"] = _lr(step, cfg)
+        x, y = _windows(train_ids, block, cfg.batch_size, gen)
+        loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        opt.step()
+        if (step + 1) % cfg.eval_interval == 0 or step + 1 == cfg.steps:
+            eval_gen = torch.Generator().manual_seed(seed + 1)  # same windows at every eval
+            model.eval()
+            with torch.no_grad():
+                vl = sum(F.cross_entropy(model(xv).flatten(0, 1), yv.flatten()).item()
+                         for xv, yv in (_windows(val_ids, block, cfg.batch_size, eval_gen)
+                                        for _ in range(cfg.eval_batches))) / cfg.eval_batches
+            bar.set_postfix(train=f"{loss.item():.3f}", val=f"{vl:.3f}")
+            log.info("step %d/%d  train loss %.4f  val loss (sampled) %.4f", step + 1, cfg.steps, loss.item(), vl)
+    model.eval()
+    return model
+
+
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def save_checkpoint(path: Path, payload: dict) -> None:
+    """Checkpoint and its sha256 sidecar, each written atomically (sidecar last)."""
+    with atomic_path(path) as tmp:
+        torch.save(payload, tmp)
+        digest = _file_sha256(tmp)
+    write_text(path.with_name(path.name + ".sha256"), digest + "\n")
+
+
+def load_checkpoint(path: Path) -> dict:
+    sidecar = path.with_name(path.name + ".sha256")
+    if not sidecar.is_file():
+        raise SpecsweepError(f"checkpoint {path} has no checksum file; delete it to retrain")
+    if _file_sha256(path) != sidecar.read_text().strip():
+        raise SpecsweepError(f"checkpoint {path} fails its checksum (truncated or tampered); delete it to retrain")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # a file that matches its checksum but still does not load
+        raise SpecsweepError(f"checkpoint {path} cannot be read ({type(e).__name__}); delete it to retrain") from None
+
+
+def model_from_checkpoint(ckpt: dict) -> tuple[Transformer, CharTokenizer]:
+    model = Transformer(ModelConfig(**ckpt["model_config"]))
+    model.load_state_dict(ckpt["state_dict"])
+    model.eval()
+    return model, CharTokenizer(ckpt["vocab"])
+
+
+def get_target(corpus, model_kwargs: dict, train_cfg: TrainConfig, seed: int, cache_dir: str | Path,
+               progress: bool = True) -> TrainedTarget:
+    """Load the cached target for this (corpus, config, seed), training it first if needed."""
+    tok = CharTokenizer.from_text(corpus.text)
+    mcfg = ModelConfig(vocab_size=tok.vocab_size, **model_kwargs)
+    key = cache_key(corpus.sha256, asdict(mcfg), train_cfg, seed)
+    path = Path(cache_dir) / "models" / f"target-{key}.pt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path) + ".lock"):
+        if not path.is_file():
+            train_text, val_text = corpus.split(train_cfg.val_fraction)
+            train_ids, val_ids = tok.encode(train_text), tok.encode(val_text)
+            if len(train_ids) <= mcfg.block_size + 1 or len(val_ids) <= mcfg.block_size + 1:
+                raise SpecsweepError(f"corpus too small ({len(corpus.text)} chars) for a context window of "
+                                     f"{mcfg.block_size}; use a larger text or a smaller model.block_size")
+            torch.manual_seed(seed)
+            model = Transformer(mcfg)
+            log.info("training target %s (%d params) on %d chars", key, model.n_params(), len(train_ids))
+            t0 = time.perf_counter()
+            train(model, train_ids, val_ids, train_cfg, seed, progress)
+            val_loss = evaluate(model, val_ids, mcfg.block_size)
+            secs = time.perf_counter() - t0
+            log.info("trained target %s in %.0f s: validation loss %.4f nats/char", key, secs, val_loss)
+            save_checkpoint(path, {"model_config": asdict(mcfg), "state_dict": model.state_dict(),
+                                   "vocab": tok.chars, "val_loss": val_loss, "train_seconds": secs,
+                                   "n_params": model.n_params()})
+    ckpt = load_checkpoint(path)
+    model, tok = model_from_checkpoint(ckpt)
+    return TrainedTarget(model, tok, key, float(ckpt["val_loss"]), path)

@@ -1,0 +1,168 @@
+"""One (draft, k, seed) cell: counters, cost, paired timing, prediction, optional exactness.
+
+`run_trial(cfg)` is a plain function of a composed config; the Hydra entry point and the
+tests both call it. It returns a `TrialResult`; tracking is done by the caller.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from .corpus import load_corpus
+from .decode import generate_baseline, generate_speculative
+from .drafts.base import Draft
+from .errors import SpecsweepError
+from .sampling import probs_from_logits, sample, speculative_accept, tvd
+from .timing import PairedTiming, median_time, paired_timing
+from .train import TrainConfig, TrainedTarget, get_target
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrialResult:
+    metrics: dict                 # flat name -> number, everything a sweep compares
+    timing: PairedTiming          # raw per-pair times
+    text: str                     # the speculative run's generated chars
+    info: dict = field(default_factory=dict)  # target key, draft facts, ...
+
+
+def validate(cfg: DictConfig) -> None:
+    """Refuse bad values with one clear sentence each, before any work is done."""
+    def integer(name, value, lo):
+        if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+            raise SpecsweepError(f"{name} must be an integer >= {lo}, got {value!r}")
+    integer("k", cfg.k, 1)
+    integer("n_chars", cfg.n_chars, 1)
+    integer("seed", cfg.seed, 0)
+    integer("timing.pairs", cfg.timing.pairs, 1)
+    integer("exactness.samples", cfg.exactness.samples, 1)
+    integer("threads", cfg.threads, 1)
+    t = cfg.temperature
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
+        raise SpecsweepError(f"temperature must be a number >= 0, got {t!r}")
+    if not cfg.prompt:
+        raise SpecsweepError("prompt must not be empty")
+    need = len(cfg.prompt) + cfg.n_chars + cfg.k
+    if need > cfg.model.block_size:
+        raise SpecsweepError(f"prompt ({len(cfg.prompt)}) + n_chars ({cfg.n_chars}) + k ({cfg.k}) = {need} chars "
+                             f"exceeds the model's context window of {cfg.model.block_size}")
+
+
+def repo_path(p: str | Path) -> Path:
+    """Relative paths in the config are relative to the repository root, wherever the job runs."""
+    p = Path(p)
+    return p if p.is_absolute() else Path(__file__).resolve().parent.parent / p
+
+
+def load_target(cfg: DictConfig, progress: bool = True):
+    """(corpus, TrainedTarget) for the config: the cached target, trained on first use."""
+    corpus = load_corpus(cfg.data.path and str(repo_path(cfg.data.path)), repo_path(cfg.data.cache_dir))
+    train_cfg = TrainConfig(**OmegaConf.to_container(cfg.train, resolve=True))
+    model_kwargs = OmegaConf.to_container(cfg.model, resolve=True)
+    target = get_target(corpus, model_kwargs, train_cfg, cfg.train_seed, repo_path(cfg.data.cache_dir), progress)
+    return corpus, target
+
+
+def build_draft(cfg: DictConfig, target: TrainedTarget, corpus) -> Draft:
+    train_text, _ = corpus.split(cfg.train.val_fraction)
+    try:
+        return instantiate(cfg.draft, target=target.model, train_ids=target.tokenizer.encode(train_text))
+    except SpecsweepError:
+        raise
+    except Exception as e:  # a draft config whose class or arguments do not fit
+        cause = e.__cause__ or e
+        raise SpecsweepError(f"cannot build draft {cfg.draft.get('name', '?')!r}: {cause}") from None
+
+
+def measure_cost(target, draft: Draft, prompt, k: int, temperature: float, reps: int, device: str) -> dict:
+    """Component times in microseconds, each the median of 7 means over `reps` calls."""
+    from .decode import _prefill
+    gen = torch.Generator(device=device).manual_seed(0)
+    tokens, positions = _prefill(target, prompt)
+    P = len(prompt)
+    one = tokens[P - 1:P].unsqueeze(0)
+    many = tokens[P - 1:P + k].unsqueeze(0)
+    target_pass = median_time(lambda: target(one, positions[P - 1:P]), reps, device=device)
+    verify_pass = median_time(lambda: target(many, positions[P - 1:P + k]), reps, device=device)
+    draft.reset()
+    draft.propose(tokens, P, k, temperature, gen)  # the draft's own prefill, untimed
+
+    def propose_k():
+        draft.rewind(P)
+        draft.propose(tokens, P + 1, k, temperature, gen)
+    draft_call = median_time(propose_k, max(1, reps // k), device=device)
+    return {"target_pass_us": target_pass * 1e6, "verify_pass_us": verify_pass * 1e6,
+            "draft_char_us": draft_call / k * 1e6, "c": draft_call / k / target_pass}
+
+
+@torch.no_grad()
+def exactness_check(target, draft: Draft, prompt, temperature: float, samples: int, seed: int) -> dict:
+    """The seed's check: the first char after `prompt`, `samples` times, by the speculative
+    rule and directly from the target; TVD of each histogram to the exact target distribution.
+    Only the first emitted char is read, so one drafted position suffices."""
+    from .decode import _prefill
+    gen = torch.Generator(device=prompt.device).manual_seed(seed)
+    _, positions = _prefill(target, prompt)
+    P = len(prompt)
+    p = probs_from_logits(target(prompt[-1:].unsqueeze(0), positions[P - 1:P])[0, -1], temperature)  # (V,)
+    q = draft.probs(prompt.unsqueeze(0), temperature)[0, -1]                                          # (V,)
+    V = p.numel()
+    d1 = sample(q.expand(samples, V), gen)                                                            # (B,)
+    n, nxt = speculative_accept(p.expand(samples, 2, V), q.expand(samples, 1, V), d1.unsqueeze(1), gen)
+    first = torch.where(n >= 1, d1, nxt)
+    direct = sample(p.expand(samples, V), gen)
+    return {"tvd_speculative": tvd(torch.bincount(first, minlength=V), p),
+            "tvd_direct": tvd(torch.bincount(direct, minlength=V), p)}
+
+
+def run_trial(cfg: DictConfig, progress: bool = True) -> TrialResult:
+    validate(cfg)
+    torch.set_num_threads(cfg.threads)  # every job: loky reuses worker processes
+    device = cfg.device
+    corpus, target = load_target(cfg, progress)
+    model = target.model.to(device)
+    draft = build_draft(cfg, target, corpus)
+    prompt = target.tokenizer.encode(cfg.prompt).to(device)
+    k, n, T = cfg.k, cfg.n_chars, cfg.temperature
+
+    def new_gen():
+        return torch.Generator(device=device).manual_seed(cfg.seed)
+
+    # deterministic counters: exact given the seed
+    g = generate_speculative(model, draft, prompt, n, k, T, new_gen())
+    metrics = {
+        "acceptance": g.accepted / g.proposed,
+        "position_acceptance": g.accepted / g.tested,
+        "analytic_acceptance": g.overlap_sum / g.tested,
+        "chars_per_pass": g.chars_emitted / g.target_passes,
+        "target_passes": g.target_passes,
+        "baseline_passes": n,
+        "draft_calls": g.draft_calls,
+        "proposed": g.proposed,
+        "accepted": g.accepted,
+    }
+    for i, a in enumerate(g.accepted_at, start=1):
+        metrics[f"acceptance_pos_{i}"] = a / g.target_passes
+
+    metrics.update(measure_cost(model, draft, prompt, k, T, cfg.timing.cost_reps, device))
+    timing = paired_timing(lambda: generate_baseline(model, prompt, n, T, new_gen()),
+                           lambda: generate_speculative(model, draft, prompt, n, k, T, new_gen()),
+                           cfg.timing.pairs, device)
+    metrics.update(timing.summary())
+    metrics["predicted_speedup"] = metrics["chars_per_pass"] / (1 + k * metrics["c"])
+    # loop overhead left after the measured components, per pass (used by the cost models)
+    spec_s = metrics["speculative_s_median"]
+    metrics["overhead_us_per_pass"] = (spec_s * 1e6 - g.target_passes * metrics["verify_pass_us"]
+                                       - g.proposed * metrics["draft_char_us"]) / g.target_passes
+    if cfg.exactness.enabled:
+        metrics.update(exactness_check(model, draft, prompt, T, cfg.exactness.samples, cfg.seed))
+    info = {"target_key": target.key, "target_val_loss": target.val_loss,
+            "target_params": model.n_params(), "draft": draft.name, **{f"draft_{a}": b for a, b in draft.describe().items()}}
+    return TrialResult(metrics, timing, target.tokenizer.decode(g.tokens), info)
