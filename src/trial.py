@@ -63,7 +63,8 @@ def repo_path(p: str | Path) -> Path:
 
 def load_target(cfg: DictConfig, progress: bool = True):
     """(corpus, TrainedTarget) for the config: the cached target, trained on first use."""
-    corpus = load_corpus(cfg.data.path and str(repo_path(cfg.data.path)), repo_path(cfg.data.cache_dir))
+    corpus = load_corpus(cfg.data.path and str(repo_path(cfg.data.path)), repo_path(cfg.data.cache_dir),
+                         cfg.data.source, cfg.data.get("synthetic_chars", 60_000))
     train_cfg = TrainConfig(**OmegaConf.to_container(cfg.train, resolve=True))
     model_kwargs = OmegaConf.to_container(cfg.model, resolve=True)
     target = get_target(corpus, model_kwargs, train_cfg, cfg.train_seed, repo_path(cfg.data.cache_dir), progress)

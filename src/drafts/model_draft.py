@@ -1,0 +1,62 @@
+"""A transformer draft with its own KV cache, written by position.
+
+`pos` counts the leading tokens whose keys/values in the draft's cache are valid. After a
+verification only the accepted drafts stay valid; when all k were accepted the draft has not
+seen d_k yet, so the next proposal catches up on it (feeds 2 tokens instead of 1).
+"""
+from __future__ import annotations
+
+import torch
+
+from ..model import Transformer
+from ..sampling import probs_from_logits, sample
+from .base import Draft
+
+
+class ModelDraft(Draft):
+    name = "model"
+
+    def __init__(self, target: Transformer, train_ids, name: str | None = None, model: Transformer | None = None):
+        super().__init__(target, train_ids, name)
+        if model is None:
+            raise ValueError("ModelDraft needs a draft model")
+        if model.cfg.vocab_size != target.cfg.vocab_size or model.cfg.block_size < target.cfg.block_size:
+            raise ValueError("the draft model must share the target's vocabulary and context window")
+        self.model = model.eval()
+        self.model.setup_cache(1)
+        self.positions = torch.arange(self.block_size, device=next(model.parameters()).device)
+        self.pos = 0
+
+    def reset(self):
+        self.pos = 0
+
+    @torch.no_grad()
+    def propose(self, tokens, length, k, temperature, gen):
+        x = tokens[self.pos:length].unsqueeze(0)                       # (1, T): 1, or 2 after a full accept
+        logits = self.model(x, self.positions[self.pos:length])[0, -1]  # (V,)
+        drafts, qs = [], []
+        for i in range(k):
+            q = probs_from_logits(logits, temperature)                  # (V,)
+            d = sample(q, gen)                                          # () long
+            drafts.append(d)
+            qs.append(q)
+            if i < k - 1:  # d_k is not fed now: the target verifies it, the draft catches up later
+                logits = self.model(d.view(1, 1), self.positions[length + i:length + i + 1])[0, -1]
+        self.pos = length + k - 1
+        return torch.stack(drafts), torch.stack(qs)
+
+    def rewind(self, length):
+        self.pos = min(self.pos, length)
+
+    @torch.no_grad()
+    def probs(self, idx, temperature):
+        saved = self.model._cache_batch
+        self.model.drop_cache()  # a full-sequence forward, no cache
+        try:
+            return probs_from_logits(self.model(idx), temperature)
+        finally:
+            self.model.setup_cache(saved)
+            self.pos = 0
+
+    def describe(self):
+        return {"params": self.model.n_params()}

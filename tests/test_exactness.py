@@ -1,0 +1,181 @@
+"""Speculative sampling emits exactly the target's distribution, at every position 1..k+1.
+
+Method: B independent speculative steps from a fixed prompt, batched. Each draft proposes k
+chars from its own `probs` (which `test_propose_samples_from_probs` ties to what `propose`
+uses), the target verifies, and `speculative_accept` (the production function) decides. For
+every emitted position m we know the exact target distribution given the emitted prefix, so a
+chi-square test with per-draw expected distributions (tests/chisquare.py) compares observed and
+expected counts per position, the bonus position k+1 included.
+
+False-failure rate: each test rejects at p < ALPHA = 1e-4. This file runs under 80 such tests,
+so a correct sampler fails it with probability < 0.8% for a random generator seed; the seeds
+here are fixed, so the outcome is reproducible. The negative controls (a sampler that
+resamples from p instead of max(0, p - q), and one that does not stop after a rejection) must
+be rejected by the same test at p < 1e-6.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from src.drafts import BigramDraft
+from src.sampling import probs_from_logits, residual, sample, speculative_accept
+from tests.chisquare import varying_multinomial_test
+
+ALPHA = 1e-4
+B = 8000
+
+
+def full_probs(model, idx, temperature):
+    """Target distributions (B, T, V) from a full-sequence forward, cache set aside."""
+    saved = model._cache_batch
+    model.drop_cache()
+    try:
+        with torch.no_grad():
+            return probs_from_logits(model(idx), temperature)
+    finally:
+        if saved:
+            model.setup_cache(saved)
+
+
+def production_accept(p, q, drafts, gen):
+    n, nxt = speculative_accept(p, q, drafts, gen)
+    Bn, k = drafts.shape
+    chars = torch.cat([drafts, torch.zeros(Bn, 1, dtype=torch.long)], 1)
+    chars[torch.arange(Bn), n] = nxt
+    emitted = torch.arange(k + 1).unsqueeze(0) <= n.unsqueeze(1)   # (B, k+1)
+    return chars, emitted
+
+
+def broken_resample_from_p(p, q, drafts, gen):
+    """NEGATIVE CONTROL: on rejection sample from p instead of normalize(max(0, p - q))."""
+    Bn, k = drafts.shape
+    px = p[:, :k].gather(-1, drafts.unsqueeze(-1)).squeeze(-1)
+    qx = q.gather(-1, drafts.unsqueeze(-1)).squeeze(-1)
+    u = torch.rand((Bn, k), generator=gen)
+    n = (u * qx < px).long().cumprod(-1).sum(-1)
+    nxt = sample(p[torch.arange(Bn), n], gen)
+    chars = torch.cat([drafts, torch.zeros(Bn, 1, dtype=torch.long)], 1)
+    chars[torch.arange(Bn), n] = nxt
+    return chars, torch.arange(k + 1).unsqueeze(0) <= n.unsqueeze(1)
+
+
+def broken_no_stop(p, q, drafts, gen):
+    """NEGATIVE CONTROL: after a rejection keep going through the remaining drafts."""
+    Bn, k = drafts.shape
+    px = p[:, :k].gather(-1, drafts.unsqueeze(-1)).squeeze(-1)
+    qx = q.gather(-1, drafts.unsqueeze(-1)).squeeze(-1)
+    u = torch.rand((Bn, k), generator=gen)
+    fixes = sample(residual(p[:, :k], q), gen)                       # (B, k)
+    chars = torch.where(u * qx < px, drafts, fixes)
+    chars = torch.cat([chars, sample(p[:, k], gen).unsqueeze(1)], 1)
+    return chars, torch.ones_like(chars, dtype=torch.bool)
+
+
+def simulate_steps(target, draft, prompt, k, temperature, gen, accept=production_accept, n=B):
+    """n independent speculative steps from `prompt`. Returns (chars, emitted, exact p) with
+    chars (n, k+1), emitted (n, k+1) bool, p (n, k+1, V): the target's distribution at each
+    position given the prompt and the chars actually emitted before it."""
+    P = len(prompt)
+    seq = prompt.expand(n, P).clone()
+    qs = []
+    for _ in range(k):
+        q = draft.probs(seq, temperature)[:, -1]                     # (n, V)
+        seq = torch.cat([seq, sample(q, gen).unsqueeze(1)], 1)
+        qs.append(q)
+    q = torch.stack(qs, 1)                                           # (n, k, V)
+    p = full_probs(target, seq, temperature)[:, P - 1:]              # (n, k+1, V)
+    chars, emitted = accept(p, q, seq[:, P:], gen)
+    p_emitted = full_probs(target, torch.cat([prompt.expand(n, P), chars], 1), temperature)[:, P - 1:P + k]
+    return chars, emitted, p_emitted
+
+
+def position_p_values(chars, emitted, p_exact):
+    out = []
+    for m in range(chars.shape[1]):
+        rows = emitted[:, m]
+        if rows.sum() < 50:   # too few draws reach this position for the asymptotics
+            continue
+        out.append((m + 1, varying_multinomial_test(chars[rows, m], p_exact[rows, m])[2]))
+    return out
+
+
+class ZeroedBigram(BigramDraft):
+    """A draft with q = 0 on several chars the target gives mass to."""
+    def __init__(self, target, train_ids, zero_ids):
+        super().__init__(target, train_ids, name="zeroed", alpha=1.0)
+        self.log_q[:, zero_ids] = float("-inf")
+        self.log_q = torch.log_softmax(self.log_q, -1)
+
+
+@pytest.mark.parametrize("k", [1, 2, 4, 8])
+@pytest.mark.parametrize("name", ["bigram", "int8", "int4"])
+def test_every_position_has_the_target_distribution(tiny, drafts, name, k):
+    cfg, _, target = tiny
+    prompt = target.tokenizer.encode(cfg.prompt)
+    gen = torch.Generator().manual_seed(100 + k)
+    chars, emitted, p_exact = simulate_steps(target.model, drafts[name], prompt, k, 1.0, gen)
+    results = position_p_values(chars, emitted, p_exact)
+    assert results[0][0] == 1 and len(results) >= min(k + 1, 3)   # the first positions are always tested
+    if name != "bigram" or k <= 2:
+        assert results[-1][0] == k + 1                              # the bonus position is reached
+    for m, pv in results:
+        assert pv > ALPHA, f"{name} k={k}: position {m} deviates from the target (p = {pv:.2e})"
+
+
+@pytest.mark.parametrize("name", ["bigram", "int4"])
+def test_exact_at_another_temperature(tiny, drafts, name):
+    cfg, _, target = tiny
+    prompt = target.tokenizer.encode(cfg.prompt)
+    chars, emitted, p_exact = simulate_steps(target.model, drafts[name], prompt, 4, 0.7, torch.Generator().manual_seed(7))
+    for m, pv in position_p_values(chars, emitted, p_exact):
+        assert pv > ALPHA, f"{name} T=0.7: position {m} p = {pv:.2e}"
+
+
+def test_draft_with_zeros_where_target_has_mass_stays_exact(tiny):
+    cfg, corpus, target = tiny
+    tok = target.tokenizer
+    zero_ids = tok.encode("aeot").tolist()
+    draft = ZeroedBigram(target.model, tok.encode(corpus.split(0.1)[0]), zero_ids)
+    prompt = tok.encode(cfg.prompt)
+    chars, emitted, p_exact = simulate_steps(target.model, draft, prompt, 4, 1.0, torch.Generator().manual_seed(3))
+    assert (draft.probs(prompt.unsqueeze(0), 1.0)[..., zero_ids] == 0).all()
+    # the target does emit the zeroed chars (only through residual samples)
+    assert torch.isin(chars[emitted], torch.tensor(zero_ids)).any()
+    for m, pv in position_p_values(chars, emitted, p_exact):
+        assert pv > ALPHA, f"zeroed draft: position {m} p = {pv:.2e}"
+
+
+@pytest.mark.parametrize("broken,positions", [(broken_resample_from_p, {1}), (broken_no_stop, {2, 3, 4})])
+def test_negative_controls_are_rejected(tiny, drafts, broken, positions):
+    cfg, _, target = tiny
+    prompt = target.tokenizer.encode(cfg.prompt)
+    chars, emitted, p_exact = simulate_steps(target.model, drafts["bigram"], prompt, 4, 1.0,
+                                             torch.Generator().manual_seed(11), accept=broken)
+    p_values = dict(position_p_values(chars, emitted, p_exact))
+    assert min(p_values[m] for m in positions) < 1e-6, f"{broken.__name__} was not caught: {p_values}"
+
+
+@pytest.mark.parametrize("name", ["bigram", "int8", "int4"])
+def test_propose_samples_from_probs(tiny, drafts, name):
+    """`propose` (cached, the production path) returns q equal to `probs` on the same prefixes,
+    across a partial rewind (1 of 4 kept), a full accept (catch-up on d_k) and a full reject."""
+    cfg, _, target = tiny
+    draft = drafts[name]
+    tokens = torch.zeros(target.model.cfg.block_size, dtype=torch.long)
+    prompt = target.tokenizer.encode(cfg.prompt)
+    tokens[:len(prompt)] = prompt
+    draft.reset()
+    L, gen, k = len(prompt), torch.Generator().manual_seed(5), 4
+    proposals = []
+    for n in [1, 4, 0, 2]:
+        d, q = draft.propose(tokens, L, k, 1.0, gen)
+        tokens[L:L + k] = d
+        proposals.append((tokens[:L + k].clone(), L, d, q))
+        tokens[L + n] = (d[n] + 1) % target.tokenizer.vocab_size if n < k else 0  # a "correction" char
+        draft.rewind(L + n)
+        L += n + 1
+    for seq, L, d, q in proposals:  # probs() resets a model draft's cache, so it comes last
+        expected = draft.probs(seq.unsqueeze(0), 1.0)[0, L - 1:L + k - 1]  # (k, V)
+        torch.testing.assert_close(q, expected, atol=1e-5, rtol=1e-4)
+        assert (q.gather(1, d.unsqueeze(1)) > 0).all()
