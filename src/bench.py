@@ -18,11 +18,12 @@ import sys
 
 import hydra
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from .decode import generate_speculative
 from .errors import SpecsweepError
 from .quantize import quantized_copy
+from .run import CONF_DIR
 from .timing import timed
 from .train import evaluate
 
@@ -31,16 +32,14 @@ log = logging.getLogger(__name__)
 
 def loop_overhead(cfg, target, corpus, draft_name: str, k: int, repeats: int) -> dict:
     from .trial import build_draft, measure_cost
-    from omegaconf import OmegaConf
-    dcfg = OmegaConf.merge(cfg, {"draft": OmegaConf.load(f"{_conf_dir()}/draft/{draft_name}.yaml")})
-    draft = build_draft(dcfg, target, corpus)
+    draft = build_draft(cfg, target, corpus, OmegaConf.load(CONF_DIR / "draft" / f"{draft_name}.yaml"))
     model, T, n = target.model, cfg.temperature, cfg.n_chars
     prompt = target.tokenizer.encode(cfg.prompt)
     shares = []
     for r in range(repeats):
         g = generate_speculative(model, draft, prompt, n, k, T, torch.Generator().manual_seed(cfg.seed))
         loop_s, _ = timed(lambda: generate_speculative(model, draft, prompt, n, k, T,
-                                                       torch.Generator().manual_seed(cfg.seed)))
+                                                       torch.Generator().manual_seed(cfg.seed), track_overlap=False))
         cost = measure_cost(model, draft, prompt, k, T, cfg.timing.cost_reps, cfg.device)
         rest_us = loop_s * 1e6 - g.target_passes * cost["verify_pass_us"] - g.proposed * cost["draft_char_us"]
         shares.append({"overhead_us_per_drafted_char": rest_us / g.proposed,
@@ -48,11 +47,6 @@ def loop_overhead(cfg, target, corpus, draft_name: str, k: int, repeats: int) ->
                        "draft_share_of_target_pass": cost["c"],
                        "overhead_us_per_pass": rest_us / g.target_passes})
     return {key: statistics.median(s[key] for s in shares) for key in shares[0]}
-
-
-def _conf_dir():
-    from pathlib import Path
-    return Path(__file__).resolve().parent.parent / "conf"
 
 
 def quantization_table(cfg, corpus, target) -> list[dict]:

@@ -69,8 +69,12 @@ def generate_baseline(target: Transformer, prompt: torch.Tensor, n_chars: int, t
 
 @torch.no_grad()
 def generate_speculative(target: Transformer, draft: Draft, prompt: torch.Tensor, n_chars: int, k: int,
-                         temperature: float, gen: torch.Generator) -> Generation:
-    """Speculative sampling until n_chars are emitted; the output is truncated to n_chars."""
+                         temperature: float, gen: torch.Generator, track_overlap: bool = True) -> Generation:
+    """Speculative sampling until n_chars are emitted; the output is truncated to n_chars.
+
+    track_overlap: also sum the analytic acceptance sum_x min(p, q) over tested positions (a
+    counter; timed runs switch it off so they do only what a decoder does).
+    """
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
     check_fits(target, len(prompt), n_chars, k)
@@ -79,15 +83,15 @@ def generate_speculative(target: Transformer, draft: Draft, prompt: torch.Tensor
     g = Generation([], 0, accepted_at=[0] * k)
     L = len(prompt)
     while L - len(prompt) < n_chars:
-        drafts, q = draft.propose(tokens, L, k, temperature, gen)           # (k,), (k, V)
-        tokens[L:L + k] = drafts
+        drafts, q = draft.propose(tokens, L, k, temperature, gen)           # k ids, (k, V)
+        tokens[L:L + k] = torch.tensor(drafts, device=tokens.device)
         logits = target(tokens[L - 1:L + k].unsqueeze(0), positions[L - 1:L + k])  # (1, k+1, V)
         p = probs_from_logits(logits[0], temperature)                       # (k+1, V)
-        n_t, nxt = speculative_accept(p.unsqueeze(0), q.unsqueeze(0), drafts.unsqueeze(0), gen)
-        n = int(n_t)
-        tokens[L + n] = nxt[0]
+        n, nxt = speculative_accept(p, q, drafts, gen)
+        tokens[L + n] = nxt
         tested = min(n + 1, k)
-        g.overlap_sum += float(overlap(p[:tested], q[:tested]).sum())
+        if track_overlap:
+            g.overlap_sum += float(overlap(p[:tested], q[:tested]).sum())
         g.target_passes += 1
         g.draft_calls += 1
         g.proposed += k

@@ -6,6 +6,7 @@ only a rewind of the position (nothing is copied or concatenated), as in gpt-fas
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -118,6 +119,19 @@ class Transformer(nn.Module):
         for blk in self.blocks:
             blk.attn.kv_cache = None
         self._cache_batch = 0
+
+    @contextmanager
+    def cache_set_aside(self):
+        """For full-sequence forwards (evaluation, exactness checks) on a model that has a
+        cache: drop it, and on exit allocate a fresh one of the same batch (its contents are
+        gone: the caller starts a new sequence afterwards)."""
+        saved = self._cache_batch
+        self.drop_cache()
+        try:
+            yield self
+        finally:
+            if saved:
+                self.setup_cache(saved)
 
     def forward(self, idx: torch.Tensor, input_pos: torch.Tensor | None = None) -> torch.Tensor:
         """idx: (B, T) token ids. input_pos: (T,) their positions, required with a cache.

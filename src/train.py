@@ -67,16 +67,17 @@ def _windows(ids: torch.Tensor, block: int, batch: int, gen: torch.Generator):
 @torch.no_grad()
 def evaluate(model: Transformer, ids: torch.Tensor, block: int, batch: int = 32) -> float:
     """Mean next-char loss (nats/char) over all non-overlapping windows of `ids`."""
-    model.eval()
     n_win = (len(ids) - 1) // block
     if n_win == 0:
         raise SpecsweepError(f"validation split ({len(ids)} chars) is shorter than one window ({block})")
     x_all = ids[: n_win * block].view(n_win, block)
     y_all = ids[1: n_win * block + 1].view(n_win, block)
     total = 0.0
-    for i in range(0, n_win, batch):
-        logits = model(x_all[i:i + batch])
-        total += F.cross_entropy(logits.flatten(0, 1), y_all[i:i + batch].flatten(), reduction="sum").item()
+    model.eval()
+    with model.cache_set_aside():
+        for i in range(0, n_win, batch):
+            logits = model(x_all[i:i + batch])
+            total += F.cross_entropy(logits.flatten(0, 1), y_all[i:i + batch].flatten(), reduction="sum").item()
     return total / (n_win * block)
 
 

@@ -71,17 +71,20 @@ def load_target(cfg: DictConfig, progress: bool = True):
     return corpus, target
 
 
-def build_draft(cfg: DictConfig, target: TrainedTarget, corpus) -> Draft:
+def build_draft(cfg: DictConfig, target: TrainedTarget, corpus, draft_cfg: DictConfig | None = None) -> Draft:
+    """The draft of `draft_cfg` (default: cfg.draft), fitted to `target` and the training split."""
+    draft_cfg = cfg.draft if draft_cfg is None else draft_cfg
     train_text, _ = corpus.split(cfg.train.val_fraction)
     try:
-        return instantiate(cfg.draft, target=target.model, train_ids=target.tokenizer.encode(train_text))
+        return instantiate(draft_cfg, target=target.model, train_ids=target.tokenizer.encode(train_text))
     except SpecsweepError:
         raise
     except Exception as e:  # a draft config whose class or arguments do not fit
         cause = e.__cause__ or e
-        raise SpecsweepError(f"cannot build draft {cfg.draft.get('name', '?')!r}: {cause}") from None
+        raise SpecsweepError(f"cannot build draft {draft_cfg.get('name', '?')!r}: {cause}") from None
 
 
+@torch.no_grad()
 def measure_cost(target, draft: Draft, prompt, k: int, temperature: float, reps: int, device: str) -> dict:
     """Component times in microseconds, each the median of 7 means over `reps` calls."""
     from .decode import _prefill
@@ -115,11 +118,14 @@ def exactness_check(target, draft: Draft, prompt, temperature: float, samples: i
     p = probs_from_logits(target(prompt[-1:].unsqueeze(0), positions[P - 1:P])[0, -1], temperature)  # (V,)
     q = draft.probs(prompt.unsqueeze(0), temperature)[0, -1]                                          # (V,)
     V = p.numel()
-    d1 = sample(q.expand(samples, V), gen)                                                            # (B,)
-    n, nxt = speculative_accept(p.expand(samples, 2, V), q.expand(samples, 1, V), d1.unsqueeze(1), gen)
-    first = torch.where(n >= 1, d1, nxt)
-    direct = sample(p.expand(samples, V), gen)
-    return {"tvd_speculative": tvd(torch.bincount(first, minlength=V), p),
+    p2, q1 = torch.stack([p, p]), q.unsqueeze(0)  # (2, V), (1, V): k = 1; p2[1] is never read for the first char
+    first = []
+    for _ in range(samples):
+        d1 = sample(q, gen)
+        n, nxt = speculative_accept(p2, q1, [d1], gen)
+        first.append(d1 if n == 1 else nxt)
+    direct = torch.multinomial(p, samples, replacement=True, generator=gen)  # the reference sampler
+    return {"tvd_speculative": tvd(torch.bincount(torch.tensor(first), minlength=V), p),
             "tvd_direct": tvd(torch.bincount(direct, minlength=V), p)}
 
 
@@ -154,7 +160,7 @@ def run_trial(cfg: DictConfig, progress: bool = True) -> TrialResult:
 
     metrics.update(measure_cost(model, draft, prompt, k, T, cfg.timing.cost_reps, device))
     timing = paired_timing(lambda: generate_baseline(model, prompt, n, T, new_gen()),
-                           lambda: generate_speculative(model, draft, prompt, n, k, T, new_gen()),
+                           lambda: generate_speculative(model, draft, prompt, n, k, T, new_gen(), track_overlap=False),
                            cfg.timing.pairs, device)
     metrics.update(timing.summary())
     metrics["predicted_speedup"] = metrics["chars_per_pass"] / (1 + k * metrics["c"])

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from src.drafts import BigramDraft
-from src.sampling import probs_from_logits, residual, sample, speculative_accept
+from src.sampling import draw, probs_from_logits, residual_weights, speculative_accept, uniforms
 from tests.chisquare import varying_multinomial_test
 
 ALPHA = 1e-4
@@ -28,64 +28,58 @@ B = 8000
 
 def full_probs(model, idx, temperature):
     """Target distributions (B, T, V) from a full-sequence forward, cache set aside."""
-    saved = model._cache_batch
-    model.drop_cache()
-    try:
-        with torch.no_grad():
-            return probs_from_logits(model(idx), temperature)
-    finally:
-        if saved:
-            model.setup_cache(saved)
+    with torch.no_grad(), model.cache_set_aside():
+        return probs_from_logits(model(idx), temperature)
 
 
 def production_accept(p, q, drafts, gen):
+    """The production rule, `speculative_accept`, as (emitted chars, how many)."""
     n, nxt = speculative_accept(p, q, drafts, gen)
-    Bn, k = drafts.shape
-    chars = torch.cat([drafts, torch.zeros(Bn, 1, dtype=torch.long)], 1)
-    chars[torch.arange(Bn), n] = nxt
-    emitted = torch.arange(k + 1).unsqueeze(0) <= n.unsqueeze(1)   # (B, k+1)
-    return chars, emitted
+    return drafts[:n] + [nxt]
 
 
 def broken_resample_from_p(p, q, drafts, gen):
     """NEGATIVE CONTROL: on rejection sample from p instead of normalize(max(0, p - q))."""
-    Bn, k = drafts.shape
-    px = p[:, :k].gather(-1, drafts.unsqueeze(-1)).squeeze(-1)
-    qx = q.gather(-1, drafts.unsqueeze(-1)).squeeze(-1)
-    u = torch.rand((Bn, k), generator=gen)
-    n = (u * qx < px).long().cumprod(-1).sum(-1)
-    nxt = sample(p[torch.arange(Bn), n], gen)
-    chars = torch.cat([drafts, torch.zeros(Bn, 1, dtype=torch.long)], 1)
-    chars[torch.arange(Bn), n] = nxt
-    return chars, torch.arange(k + 1).unsqueeze(0) <= n.unsqueeze(1)
+    k, (P, Q) = len(drafts), (p.tolist(), q.tolist())
+    u = uniforms(k + 1, gen)
+    n = 0
+    while n < k and u[n] * Q[n][drafts[n]] < P[n][drafts[n]]:
+        n += 1
+    return drafts[:n] + [draw(P[n], u[k])]
 
 
 def broken_no_stop(p, q, drafts, gen):
     """NEGATIVE CONTROL: after a rejection keep going through the remaining drafts."""
-    Bn, k = drafts.shape
-    px = p[:, :k].gather(-1, drafts.unsqueeze(-1)).squeeze(-1)
-    qx = q.gather(-1, drafts.unsqueeze(-1)).squeeze(-1)
-    u = torch.rand((Bn, k), generator=gen)
-    fixes = sample(residual(p[:, :k], q), gen)                       # (B, k)
-    chars = torch.where(u * qx < px, drafts, fixes)
-    chars = torch.cat([chars, sample(p[:, k], gen).unsqueeze(1)], 1)
-    return chars, torch.ones_like(chars, dtype=torch.bool)
+    k, (P, Q) = len(drafts), (p.tolist(), q.tolist())
+    u = uniforms(2 * k + 1, gen)
+    out = [d if u[i] * Q[i][d] < P[i][d] else draw(residual_weights(P[i], Q[i]), u[k + i])
+           for i, d in enumerate(drafts)]
+    return out + [draw(P[k], u[2 * k])]
 
 
 def simulate_steps(target, draft, prompt, k, temperature, gen, accept=production_accept, n=B):
     """n independent speculative steps from `prompt`. Returns (chars, emitted, exact p) with
     chars (n, k+1), emitted (n, k+1) bool, p (n, k+1, V): the target's distribution at each
-    position given the prompt and the chars actually emitted before it."""
+    position given the prompt and the chars actually emitted before it.
+
+    The drafts are drawn from the draft's `probs` with torch.multinomial (an independent
+    sampler); the verification is `accept`, called once per sequence as in production."""
     P = len(prompt)
     seq = prompt.expand(n, P).clone()
     qs = []
     for _ in range(k):
         q = draft.probs(seq, temperature)[:, -1]                     # (n, V)
-        seq = torch.cat([seq, sample(q, gen).unsqueeze(1)], 1)
+        seq = torch.cat([seq, torch.multinomial(q, 1, generator=gen)], 1)
         qs.append(q)
     q = torch.stack(qs, 1)                                           # (n, k, V)
     p = full_probs(target, seq, temperature)[:, P - 1:]              # (n, k+1, V)
-    chars, emitted = accept(p, q, seq[:, P:], gen)
+    drafts = seq[:, P:].tolist()
+    chars = torch.zeros(n, k + 1, dtype=torch.long)
+    emitted = torch.zeros(n, k + 1, dtype=torch.bool)
+    for b in range(n):
+        out = accept(p[b], q[b], drafts[b], gen)
+        chars[b, :len(out)] = torch.tensor(out)
+        emitted[b, :len(out)] = True
     p_emitted = full_probs(target, torch.cat([prompt.expand(n, P), chars], 1), temperature)[:, P - 1:P + k]
     return chars, emitted, p_emitted
 
@@ -170,7 +164,7 @@ def test_propose_samples_from_probs(tiny, drafts, name):
     proposals = []
     for n in [1, 4, 0, 2]:
         d, q = draft.propose(tokens, L, k, 1.0, gen)
-        tokens[L:L + k] = d
+        tokens[L:L + k] = torch.tensor(d)
         proposals.append((tokens[:L + k].clone(), L, d, q))
         tokens[L + n] = (d[n] + 1) % target.tokenizer.vocab_size if n < k else 0  # a "correction" char
         draft.rewind(L + n)
@@ -178,4 +172,4 @@ def test_propose_samples_from_probs(tiny, drafts, name):
     for seq, L, d, q in proposals:  # probs() resets a model draft's cache, so it comes last
         expected = draft.probs(seq.unsqueeze(0), 1.0)[0, L - 1:L + k - 1]  # (k, V)
         torch.testing.assert_close(q, expected, atol=1e-5, rtol=1e-4)
-        assert (q.gather(1, d.unsqueeze(1)) > 0).all()
+        assert (q.gather(1, torch.tensor(d).unsqueeze(1)) > 0).all()

@@ -26,11 +26,11 @@ class Draft:
         """Forget any state: a new sequence starts."""
 
     def propose(self, tokens: torch.Tensor, length: int, k: int, temperature: float,
-                gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+                gen: torch.Generator) -> tuple[list[int], torch.Tensor]:
         """Draft k chars after tokens[:length].
 
         tokens: (block_size,) long buffer, committed chars in [:length].
-        Returns (drafts (k,) long, q (k, V) float32): q[i] is the distribution drafts[i] was
+        Returns (drafts: k char ids, q (k, V) float32): q[i] is the distribution drafts[i] was
         sampled from, at `temperature` (one-hot at 0).
         """
         raise NotImplementedError

@@ -14,7 +14,7 @@ import bisect
 
 import torch
 
-from ..sampling import probs_from_logits
+from ..sampling import probs_from_logits, uniforms
 from .base import Draft
 
 
@@ -49,14 +49,12 @@ class BigramDraft(Draft):
 
     def propose(self, tokens, length, k, temperature, gen):
         q_table, cdf = self._tables(temperature)
-        u = torch.rand(k, generator=gen, dtype=torch.float64).tolist()
         prev = int(tokens[length - 1])
         chain = [prev]
-        for ui in u:
-            prev = bisect.bisect_right(cdf[prev], ui)
+        for ui in uniforms(k, gen):
+            prev = bisect.bisect_right(cdf[prev], ui)  # cdf rows end at exactly 1 > ui
             chain.append(prev)
-        chain_t = torch.tensor(chain, dtype=torch.long)
-        return chain_t[1:].to(tokens.device), q_table[chain_t[:-1]].to(tokens.device)
+        return chain[1:], q_table[chain[:-1]].to(tokens.device)   # q: (k, V)
 
     @torch.no_grad()
     def probs(self, idx, temperature):

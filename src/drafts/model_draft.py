@@ -37,26 +37,23 @@ class ModelDraft(Draft):
         drafts, qs = [], []
         for i in range(k):
             q = probs_from_logits(logits, temperature)                  # (V,)
-            d = sample(q, gen)                                          # () long
+            d = sample(q, gen)
             drafts.append(d)
             qs.append(q)
             if i < k - 1:  # d_k is not fed now: the target verifies it, the draft catches up later
-                logits = self.model(d.view(1, 1), self.positions[length + i:length + i + 1])[0, -1]
+                x = torch.tensor([[d]], device=tokens.device)
+                logits = self.model(x, self.positions[length + i:length + i + 1])[0, -1]
         self.pos = length + k - 1
-        return torch.stack(drafts), torch.stack(qs)
+        return drafts, torch.stack(qs)
 
     def rewind(self, length):
         self.pos = min(self.pos, length)
 
     @torch.no_grad()
     def probs(self, idx, temperature):
-        saved = self.model._cache_batch
-        self.model.drop_cache()  # a full-sequence forward, no cache
-        try:
+        self.pos = 0  # the cache is replaced: the next proposal starts from scratch
+        with self.model.cache_set_aside():
             return probs_from_logits(self.model(idx), temperature)
-        finally:
-            self.model.setup_cache(saved)
-            self.pos = 0
 
     def describe(self):
         return {"params": self.model.n_params()}

@@ -10,11 +10,8 @@ class QuantizedDraft(ModelDraft):
 
     def __init__(self, target, train_ids, name: str | None = None, bits: int = 8,
                  granularity: str = "channel", group_size: int = 32):
-        target_cache = target._cache_batch
-        target.drop_cache()  # do not deep-copy the target's cache buffers
-        qmodel, self.memory = quantized_copy(target, bits, granularity, group_size)
-        if target_cache:
-            target.setup_cache(target_cache)
+        with target.cache_set_aside():  # do not deep-copy the target's cache buffers
+            qmodel, self.memory = quantized_copy(target, bits, granularity, group_size)
         super().__init__(target, train_ids, name, model=qmodel)
         self.bits, self.granularity, self.group_size = bits, granularity, group_size
 
