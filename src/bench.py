@@ -34,7 +34,7 @@ def loop_overhead(cfg, target, corpus, draft_name: str, k: int, repeats: int) ->
     from .trial import build_draft, measure_cost
     draft = build_draft(cfg, target, corpus, OmegaConf.load(CONF_DIR / "draft" / f"{draft_name}.yaml"))
     model, T, n = target.model, cfg.temperature, cfg.n_chars
-    prompt = target.tokenizer.encode(cfg.prompt)
+    prompt = target.tokenizer.encode(cfg.prompt).tolist()
     shares = []
     for r in range(repeats):
         g = generate_speculative(model, draft, prompt, n, k, T, torch.Generator().manual_seed(cfg.seed))

@@ -1,9 +1,9 @@
 """Generation loops: plain autoregressive sampling (the baseline) and speculative sampling.
 
-Both write into a preallocated token buffer and the target's KV cache by position. The last
-committed char is never in the cache yet: it is the first input of the next pass. Rejected
-drafts are discarded by rewinding the position; their stale cache slots lie beyond every
-later query's causal mask until they are overwritten.
+The committed chars live in a Python list; the target's KV cache is written by position. The
+last committed char is never in the cache yet: it is the first input of the next pass.
+Rejected drafts are discarded by rewinding the position; their stale cache slots lie beyond
+every later query's causal mask until they are overwritten.
 """
 from __future__ import annotations
 
@@ -37,38 +37,39 @@ def check_fits(model: Transformer, prompt_len: int, n_chars: int, k: int = 0) ->
                          f"the model's context window of {model.cfg.block_size}")
 
 
-def _prefill(target: Transformer, prompt: torch.Tensor):
-    """Cache the prompt except its last char; return (token buffer, positions)."""
-    if prompt.numel() < 1:
+def _prefill(target: Transformer, prompt: list[int]) -> torch.Tensor:
+    """Cache the prompt except its last char; return the positions tensor (block_size,)."""
+    if len(prompt) < 1:
         raise ValueError("the prompt must have at least one character")
-    block = target.cfg.block_size
-    device = prompt.device
-    tokens = torch.zeros(block, dtype=torch.long, device=device)
-    tokens[: len(prompt)] = prompt
-    positions = torch.arange(block, device=device)
+    device = target.causal.device
+    positions = torch.arange(target.cfg.block_size, device=device)
     target.setup_cache(1)
     if len(prompt) > 1:
-        target(prompt[:-1].unsqueeze(0), positions[: len(prompt) - 1])
-    return tokens, positions
+        target(torch.tensor([prompt[:-1]], device=device), positions[: len(prompt) - 1])
+    return positions
+
+
+def _ids(prompt) -> list[int]:
+    return prompt.tolist() if isinstance(prompt, torch.Tensor) else list(prompt)
 
 
 @torch.no_grad()
-def generate_baseline(target: Transformer, prompt: torch.Tensor, n_chars: int, temperature: float,
+def generate_baseline(target: Transformer, prompt, n_chars: int, temperature: float,
                       gen: torch.Generator) -> Generation:
     """n_chars target passes, one char each."""
-    check_fits(target, len(prompt), n_chars)
-    tokens, positions = _prefill(target, prompt)
-    L = len(prompt)
-    for _ in range(n_chars):
-        logits = target(tokens[L - 1:L].unsqueeze(0), positions[L - 1:L])  # (1, 1, V)
-        tokens[L] = sample(probs_from_logits(logits[0, -1], temperature), gen)
-        L += 1
-    out = tokens[len(prompt):L].tolist()
-    return Generation(out, target_passes=n_chars, chars_emitted=n_chars)
+    seq = _ids(prompt)
+    P = len(seq)
+    check_fits(target, P, n_chars)
+    positions = _prefill(target, seq)
+    device = positions.device
+    for L in range(P, P + n_chars):
+        logits = target(torch.tensor([[seq[-1]]], device=device), positions[L - 1:L])  # (1, 1, V)
+        seq.append(sample(probs_from_logits(logits[0, -1], temperature), gen))
+    return Generation(seq[P:], target_passes=n_chars, chars_emitted=n_chars)
 
 
 @torch.no_grad()
-def generate_speculative(target: Transformer, draft: Draft, prompt: torch.Tensor, n_chars: int, k: int,
+def generate_speculative(target: Transformer, draft: Draft, prompt, n_chars: int, k: int,
                          temperature: float, gen: torch.Generator, track_overlap: bool = True) -> Generation:
     """Speculative sampling until n_chars are emitted; the output is truncated to n_chars.
 
@@ -77,30 +78,33 @@ def generate_speculative(target: Transformer, draft: Draft, prompt: torch.Tensor
     """
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
-    check_fits(target, len(prompt), n_chars, k)
-    tokens, positions = _prefill(target, prompt)
+    seq = _ids(prompt)
+    P = len(seq)
+    check_fits(target, P, n_chars, k)
+    positions = _prefill(target, seq)
+    device = positions.device
     draft.reset()
     g = Generation([], 0, accepted_at=[0] * k)
-    L = len(prompt)
-    while L - len(prompt) < n_chars:
-        drafts, q = draft.propose(tokens, L, k, temperature, gen)           # k ids, (k, V)
-        tokens[L:L + k] = torch.tensor(drafts, device=tokens.device)
-        logits = target(tokens[L - 1:L + k].unsqueeze(0), positions[L - 1:L + k])  # (1, k+1, V)
-        p = probs_from_logits(logits[0], temperature)                       # (k+1, V)
+    while len(seq) - P < n_chars:
+        L = len(seq)
+        drafts, q = draft.propose(seq, k, temperature, gen)                 # k ids, (k, V)
+        x = torch.tensor([[seq[-1]] + drafts], device=device)              # (1, k+1)
+        p = probs_from_logits(target(x, positions[L - 1:L + k])[0], temperature)  # (k+1, V)
         n, nxt = speculative_accept(p, q, drafts, gen)
-        tokens[L + n] = nxt
-        tested = min(n + 1, k)
-        if track_overlap:
-            g.overlap_sum += float(overlap(p[:tested], q[:tested]).sum())
+        seq += drafts[:n]
+        seq.append(nxt)
+        draft.rewind(L + n)
         g.target_passes += 1
         g.draft_calls += 1
         g.proposed += k
         g.accepted += n
+        tested = min(n + 1, k)
         g.tested += tested
         for i in range(n):
             g.accepted_at[i] += 1
-        draft.rewind(L + n)
-        L += n + 1
-    g.chars_emitted = L - len(prompt)
-    g.tokens = tokens[len(prompt):len(prompt) + n_chars].tolist()
+        if track_overlap:
+            q_t = torch.as_tensor(q, dtype=p.dtype, device=device)
+            g.overlap_sum += float(overlap(p[:tested], q_t[:tested]).sum())
+    g.chars_emitted = len(seq) - P
+    g.tokens = seq[P:P + n_chars]
     return g

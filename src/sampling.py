@@ -22,10 +22,11 @@ def probs_from_logits(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     """(..., V) logits -> (..., V) float32 probabilities; temperature 0 means greedy (one-hot)."""
     if temperature < 0:
         raise ValueError(f"temperature must be >= 0, got {temperature}")
-    logits = logits.float()
     if temperature == 0:
         return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
-    return torch.softmax(logits / temperature, dim=-1)
+    if temperature != 1.0:
+        logits = logits / temperature
+    return torch.softmax(logits, dim=-1, dtype=torch.float32)
 
 
 def uniforms(n: int, gen: torch.Generator) -> list[float]:
@@ -60,14 +61,16 @@ def speculative_accept(p: torch.Tensor, q: torch.Tensor, drafts: list[int], gen:
     """Verify k drafted chars of one sequence.
 
     p: (k+1, V) target probabilities at the k+1 verified positions.
-    q: (k, V) the exact distributions the k drafts were sampled from.
+    q: (k, V) the exact distributions the k drafts were sampled from: a tensor, or k lists of V
+       floats (a table-based draft hands over its rows without building a tensor).
     drafts: the k drafted char ids.
     Returns (n_accepted in 0..k, next_char): the sequence keeps drafts[:n] and then next_char
     (the correction at position n+1, or the bonus from p[k] when n == k).
     """
     k = len(drafts)
     u = uniforms(k + 1, gen)                                  # k acceptance tests + 1 draw
-    P, Q = p.tolist(), q.tolist()
+    P = p.tolist()
+    Q = q.tolist() if isinstance(q, torch.Tensor) else q
     n = 0
     while n < k and u[n] * Q[n][drafts[n]] < P[n][drafts[n]]:  # u < p/q without dividing
         n += 1

@@ -15,7 +15,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from .corpus import load_corpus
-from .decode import generate_baseline, generate_speculative
+from .decode import _prefill, generate_baseline, generate_speculative
 from .drafts.base import Draft
 from .errors import SpecsweepError
 from .sampling import probs_from_logits, sample, speculative_accept, tvd
@@ -85,38 +85,41 @@ def build_draft(cfg: DictConfig, target: TrainedTarget, corpus, draft_cfg: DictC
 
 
 @torch.no_grad()
-def measure_cost(target, draft: Draft, prompt, k: int, temperature: float, reps: int, device: str) -> dict:
-    """Component times in microseconds, each the median of 7 means over `reps` calls."""
-    from .decode import _prefill
+def measure_cost(target, draft: Draft, prompt: list[int], k: int, temperature: float, reps: int, device: str) -> dict:
+    """Component times in microseconds, each the median of 7 means over `reps` calls: one
+    1-char target pass, one (k+1)-char verify pass, and the draft's time per drafted char
+    (a whole k-char proposal, its Python loop included, divided by k)."""
     gen = torch.Generator(device=device).manual_seed(0)
-    tokens, positions = _prefill(target, prompt)
+    positions = _prefill(target, prompt)
     P = len(prompt)
-    one = tokens[P - 1:P].unsqueeze(0)
-    many = tokens[P - 1:P + k].unsqueeze(0)
+    one = torch.tensor([prompt[-1:]], device=device)          # (1, 1)
+    many = torch.tensor([prompt[-1:] * (k + 1)], device=device)  # (1, k+1); the values do not matter
     target_pass = median_time(lambda: target(one, positions[P - 1:P]), reps, device=device)
     verify_pass = median_time(lambda: target(many, positions[P - 1:P + k]), reps, device=device)
     draft.reset()
-    draft.propose(tokens, P, k, temperature, gen)  # the draft's own prefill, untimed
+    draft.propose(prompt, k, temperature, gen)  # the draft's own prefill, untimed
+    seq = prompt + prompt[-1:]
 
     def propose_k():
         draft.rewind(P)
-        draft.propose(tokens, P + 1, k, temperature, gen)
+        draft.propose(seq, k, temperature, gen)
     draft_call = median_time(propose_k, max(1, reps // k), device=device)
     return {"target_pass_us": target_pass * 1e6, "verify_pass_us": verify_pass * 1e6,
             "draft_char_us": draft_call / k * 1e6, "c": draft_call / k / target_pass}
 
 
 @torch.no_grad()
-def exactness_check(target, draft: Draft, prompt, temperature: float, samples: int, seed: int) -> dict:
+def exactness_check(target, draft: Draft, prompt: list[int], temperature: float, samples: int, seed: int) -> dict:
     """The seed's check: the first char after `prompt`, `samples` times, by the speculative
     rule and directly from the target; TVD of each histogram to the exact target distribution.
     Only the first emitted char is read, so one drafted position suffices."""
-    from .decode import _prefill
-    gen = torch.Generator(device=prompt.device).manual_seed(seed)
-    _, positions = _prefill(target, prompt)
+    device = target.causal.device
+    gen = torch.Generator(device=device).manual_seed(seed)
+    positions = _prefill(target, prompt)
     P = len(prompt)
-    p = probs_from_logits(target(prompt[-1:].unsqueeze(0), positions[P - 1:P])[0, -1], temperature)  # (V,)
-    q = draft.probs(prompt.unsqueeze(0), temperature)[0, -1]                                          # (V,)
+    p = probs_from_logits(target(torch.tensor([prompt[-1:]], device=device), positions[P - 1:P])[0, -1],
+                          temperature)                                                   # (V,)
+    q = draft.probs(torch.tensor([prompt], device=device), temperature)[0, -1]           # (V,)
     V = p.numel()
     p2, q1 = torch.stack([p, p]), q.unsqueeze(0)  # (2, V), (1, V): k = 1; p2[1] is never read for the first char
     first = []
@@ -136,7 +139,7 @@ def run_trial(cfg: DictConfig, progress: bool = True) -> TrialResult:
     corpus, target = load_target(cfg, progress)
     model = target.model.to(device)
     draft = build_draft(cfg, target, corpus)
-    prompt = target.tokenizer.encode(cfg.prompt).to(device)
+    prompt = target.tokenizer.encode(cfg.prompt).tolist()
     k, n, T = cfg.k, cfg.n_chars, cfg.temperature
 
     def new_gen():

@@ -156,20 +156,16 @@ def test_propose_samples_from_probs(tiny, drafts, name):
     across a partial rewind (1 of 4 kept), a full accept (catch-up on d_k) and a full reject."""
     cfg, _, target = tiny
     draft = drafts[name]
-    tokens = torch.zeros(target.model.cfg.block_size, dtype=torch.long)
-    prompt = target.tokenizer.encode(cfg.prompt)
-    tokens[:len(prompt)] = prompt
+    seq = target.tokenizer.encode(cfg.prompt).tolist()
     draft.reset()
-    L, gen, k = len(prompt), torch.Generator().manual_seed(5), 4
+    gen, k, V = torch.Generator().manual_seed(5), 4, target.tokenizer.vocab_size
     proposals = []
     for n in [1, 4, 0, 2]:
-        d, q = draft.propose(tokens, L, k, 1.0, gen)
-        tokens[L:L + k] = torch.tensor(d)
-        proposals.append((tokens[:L + k].clone(), L, d, q))
-        tokens[L + n] = (d[n] + 1) % target.tokenizer.vocab_size if n < k else 0  # a "correction" char
-        draft.rewind(L + n)
-        L += n + 1
-    for seq, L, d, q in proposals:  # probs() resets a model draft's cache, so it comes last
-        expected = draft.probs(seq.unsqueeze(0), 1.0)[0, L - 1:L + k - 1]  # (k, V)
+        d, q = draft.propose(seq, k, 1.0, gen)
+        proposals.append((seq + d, len(seq), d, torch.as_tensor(q)))
+        seq = seq + d[:n] + [(d[n] + 1) % V if n < k else 0]  # accepted drafts, then a "correction"
+        draft.rewind(len(seq) - 1)
+    for full, L, d, q in proposals:  # probs() resets a model draft's cache, so it comes last
+        expected = draft.probs(torch.tensor([full]), 1.0)[0, L - 1:L + k - 1]  # (k, V)
         torch.testing.assert_close(q, expected, atol=1e-5, rtol=1e-4)
         assert (q.gather(1, torch.tensor(d).unsqueeze(1)) > 0).all()

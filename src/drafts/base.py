@@ -25,18 +25,17 @@ class Draft:
     def reset(self) -> None:
         """Forget any state: a new sequence starts."""
 
-    def propose(self, tokens: torch.Tensor, length: int, k: int, temperature: float,
-                gen: torch.Generator) -> tuple[list[int], torch.Tensor]:
-        """Draft k chars after tokens[:length].
+    def propose(self, seq: list[int], k: int, temperature: float,
+                gen: torch.Generator) -> tuple[list[int], torch.Tensor | list[list[float]]]:
+        """Draft k chars after the committed chars `seq`.
 
-        tokens: (block_size,) long buffer, committed chars in [:length].
-        Returns (drafts: k char ids, q (k, V) float32): q[i] is the distribution drafts[i] was
-        sampled from, at `temperature` (one-hot at 0).
+        Returns (drafts: k char ids, q: (k, V) float32 tensor or k lists of V floats): q[i] is
+        the distribution drafts[i] was sampled from, at `temperature` (one-hot at 0).
         """
         raise NotImplementedError
 
     def rewind(self, length: int) -> None:
-        """Only tokens[:length] of what the draft has seen still stand (the rest were rejected)."""
+        """Only the first `length` chars the draft has seen still stand (the rest were rejected)."""
 
     @torch.no_grad()
     def probs(self, idx: torch.Tensor, temperature: float) -> torch.Tensor:

@@ -44,17 +44,18 @@ class BigramDraft(Draft):
             cols = torch.arange(self.vocab_size)
             cdf[cols.unsqueeze(0) >= last.unsqueeze(1)] = 1.0
             self._cdf = cdf.tolist()
+            self._rows = self._q.tolist()  # q as Python rows: handed to the verifier as is
             self._temperature = temperature
         return self._q, self._cdf
 
-    def propose(self, tokens, length, k, temperature, gen):
-        q_table, cdf = self._tables(temperature)
-        prev = int(tokens[length - 1])
-        chain = [prev]
+    def propose(self, seq, k, temperature, gen):
+        _, cdf = self._tables(temperature)
+        prev, drafts, q = seq[-1], [], []
         for ui in uniforms(k, gen):
+            q.append(self._rows[prev])
             prev = bisect.bisect_right(cdf[prev], ui)  # cdf rows end at exactly 1 > ui
-            chain.append(prev)
-        return chain[1:], q_table[chain[:-1]].to(tokens.device)   # q: (k, V)
+            drafts.append(prev)
+        return drafts, q                               # q: k rows of V floats
 
     @torch.no_grad()
     def probs(self, idx, temperature):

@@ -31,8 +31,10 @@ class ModelDraft(Draft):
         self.pos = 0
 
     @torch.no_grad()
-    def propose(self, tokens, length, k, temperature, gen):
-        x = tokens[self.pos:length].unsqueeze(0)                       # (1, T): 1, or 2 after a full accept
+    def propose(self, seq, k, temperature, gen):
+        length = len(seq)
+        device = self.positions.device
+        x = torch.tensor([seq[self.pos:]], device=device)              # (1, T): 1, or 2 after a full accept
         logits = self.model(x, self.positions[self.pos:length])[0, -1]  # (V,)
         drafts, qs = [], []
         for i in range(k):
@@ -41,7 +43,7 @@ class ModelDraft(Draft):
             drafts.append(d)
             qs.append(q)
             if i < k - 1:  # d_k is not fed now: the target verifies it, the draft catches up later
-                x = torch.tensor([[d]], device=tokens.device)
+                x = torch.tensor([[d]], device=device)
                 logits = self.model(x, self.positions[length + i:length + i + 1])[0, -1]
         self.pos = length + k - 1
         return drafts, torch.stack(qs)
