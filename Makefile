@@ -3,9 +3,10 @@ PYTHON ?= python3.11
 VENV   := .venv
 PY     := $(VENV)/bin/python
 ARGS   ?=
+SWEEP  ?= paper
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run test bench clean-outputs
+.PHONY: help setup run sweep ui test bench clean-outputs
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -20,6 +21,12 @@ setup: $(VENV)/.installed ## create .venv/ and install the pinned requirements
 
 run: $(VENV)/.installed ## one trial on the defaults (draft=int8 k=4); more overrides: make run ARGS="draft=bigram k=8"
 	$(PY) -m src.run $(ARGS)
+
+sweep: $(VENV)/.installed ## run a named sweep from sweeps/ (SWEEP=paper|smoke|exactness, ARGS=overrides)
+	$(PY) -m src.run --config-dir sweeps --config-name $(SWEEP) $(ARGS)
+
+ui: $(VENV)/.installed ## serve the MLflow UI for the local store on http://127.0.0.1:5000
+	$(PY) -m mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlruns/mlflow.db --host 127.0.0.1 --port 5000
 
 test: $(VENV)/.installed ## run the test suite (CPU, a tiny model trained in seconds)
 	$(PY) -m pytest -q tests

@@ -1,7 +1,10 @@
-"""Entry point: `python -m src.run draft=int8 k=4` runs one trial and prints its result.
+"""Entry point.
 
-Thin on purpose: compose the config (Hydra), call `run_trial`, render. Bad input ends with
-one line on stderr and exit status 2.
+    python -m src.run draft=int8 k=4                        # one trial, printed and tracked
+    python -m src.run -m draft=bigram,int8,int4 k=1,2,4,8   # a sweep on joblib workers
+
+Thin on purpose: compose the config (Hydra), hand it to `job.run_job`. Bad input ends with one
+line and exit status 2; a sweep with failed trials exits 1 after running all the others.
 """
 from __future__ import annotations
 
@@ -32,16 +35,9 @@ def check_group_choices(args: list[str]) -> None:
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
-def main(cfg: DictConfig) -> None:
-    from .report import trial_block
-    from .trial import run_trial
-    try:
-        result = run_trial(cfg)
-    except SpecsweepError as e:
-        log.error("error: %s", e)
-        sys.exit(2)
-    for line in trial_block(cfg, result).splitlines():
-        log.info(line)
+def main(cfg: DictConfig):
+    from .job import run_job
+    return run_job(cfg)
 
 
 def cli() -> None:
@@ -51,6 +47,9 @@ def cli() -> None:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
     main()
+    from .callbacks import last_summary
+    if last_summary.get("failed"):
+        sys.exit(1)  # a sweep with failed trials: all others ran, and the failures are recorded
 
 
 if __name__ == "__main__":

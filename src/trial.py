@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import math
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -132,11 +133,14 @@ def exactness_check(target, draft: Draft, prompt: list[int], temperature: float,
             "tvd_direct": tvd(torch.bincount(direct, minlength=V), p)}
 
 
-def run_trial(cfg: DictConfig, progress: bool = True) -> TrialResult:
+def run_trial(cfg: DictConfig, progress: bool = True, loaded=None, timing_lock=None) -> TrialResult:
+    """loaded: (corpus, TrainedTarget) if the caller has them already.
+    timing_lock: a context manager held around the timed phase (cost and paired timing), so
+    parallel workers time one at a time while their deterministic work runs in parallel."""
     validate(cfg)
     torch.set_num_threads(cfg.threads)  # every job: loky reuses worker processes
     device = cfg.device
-    corpus, target = load_target(cfg, progress)
+    corpus, target = loaded if loaded is not None else load_target(cfg, progress)
     model = target.model.to(device)
     draft = build_draft(cfg, target, corpus)
     prompt = target.tokenizer.encode(cfg.prompt).tolist()
@@ -161,10 +165,12 @@ def run_trial(cfg: DictConfig, progress: bool = True) -> TrialResult:
     for i, a in enumerate(g.accepted_at, start=1):
         metrics[f"acceptance_pos_{i}"] = a / g.target_passes
 
-    metrics.update(measure_cost(model, draft, prompt, k, T, cfg.timing.cost_reps, device))
-    timing = paired_timing(lambda: generate_baseline(model, prompt, n, T, new_gen()),
-                           lambda: generate_speculative(model, draft, prompt, n, k, T, new_gen(), track_overlap=False),
-                           cfg.timing.pairs, device)
+    with timing_lock or nullcontext():
+        metrics.update(measure_cost(model, draft, prompt, k, T, cfg.timing.cost_reps, device))
+        timing = paired_timing(lambda: generate_baseline(model, prompt, n, T, new_gen()),
+                               lambda: generate_speculative(model, draft, prompt, n, k, T, new_gen(),
+                                                            track_overlap=False),
+                               cfg.timing.pairs, device)
     metrics.update(timing.summary())
     metrics["predicted_speedup"] = metrics["chars_per_pass"] / (1 + k * metrics["c"])
     # loop overhead left after the measured components, per pass (used by the cost models)

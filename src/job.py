@@ -1,0 +1,113 @@
+"""One Hydra job: validate, load the target, run the trial, record it in MLflow.
+
+In a multirun the job reads the sweep's `sweep.json` (written by the parent's callback) for
+the store, the experiment and its parent run; alone it sets them up itself. A failing trial
+is recorded FAILED and, in a sweep, does not abort the other trials (the job returns instead
+of raising, so Hydra goes on and still calls on_multirun_end).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import traceback
+from contextlib import nullcontext
+from pathlib import Path
+
+import torch
+from filelock import FileLock
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig
+
+from .callbacks import SWEEP_FILE, mark_done
+from .errors import SpecsweepError
+from .tracking import (KIND_TAG, client_for, config_hash, code_version, ensure_target_run, environment_tags,
+                       log_trial_result, setup_experiment, trial_params, tracking_uri)
+
+log = logging.getLogger(__name__)
+
+
+def _sweep_info() -> dict | None:
+    hc = HydraConfig.get()
+    if hc.mode != RunMode.MULTIRUN:
+        return None
+    path = Path(hc.sweep.dir) / SWEEP_FILE
+    return json.loads(path.read_text()) if path.is_file() else {"sweep_dir": str(Path(hc.sweep.dir).resolve())}
+
+
+class TrialRecord:
+    """The trial's MLflow run: created RUNNING before the work, ended FINISHED or FAILED."""
+
+    def __init__(self, cfg: DictConfig, sweep: dict | None, target):
+        from mlflow.entities import Param
+        self.uri = (sweep or {}).get("tracking_uri") or tracking_uri(cfg)
+        experiment_id = (sweep or {}).get("experiment_id") or setup_experiment(self.uri, cfg.tracking.experiment)
+        self.client = client_for(self.uri)
+        target_run = ensure_target_run(self.client, experiment_id, self.uri, target, cfg)
+        tags = {KIND_TAG: "trial", "config_hash": config_hash(cfg), "target_key": target.key,
+                "target_run_id": target_run, "torch_threads": str(cfg.threads), **environment_tags()}
+        if sweep:
+            tags.update({"mlflow.parentRunId": sweep["parent_run_id"], "sweep_id": sweep["sweep_id"],
+                         "sweep_name": sweep["sweep_name"], "n_jobs": str(sweep["n_jobs"])})
+        else:
+            tags.update({"sweep_id": "none", "n_jobs": "1"})
+        name = f"{cfg.draft.name}-k{cfg.k}-s{cfg.seed}"
+        self.run_id = self.client.create_run(experiment_id, run_name=name, tags=tags).info.run_id
+        params = trial_params(cfg, target.key)
+        items = [Param(k, v) for k, v in params.items()]
+        for start in range(0, len(items), 100):
+            self.client.log_batch(self.run_id, params=items[start:start + 100])
+
+    def finish(self, cfg, result) -> None:
+        log_trial_result(self.client, self.run_id, cfg, result)
+        self.client.set_terminated(self.run_id, "FINISHED")
+
+    def fail(self, message: str, status: str = "FAILED") -> None:
+        try:
+            self.client.set_tag(self.run_id, "error", message[:5000])
+            self.client.set_terminated(self.run_id, status)
+        except Exception as e:  # the store itself may be what failed
+            log.warning("could not mark run %s %s: %s", self.run_id, status, e)
+
+
+def run_job(cfg: DictConfig) -> dict | None:
+    from .report import trial_block
+    from .trial import load_target, run_trial, validate
+    sweep = _sweep_info()
+    record = None
+    ok = False
+    try:
+        validate(cfg)
+        torch.set_num_threads(cfg.threads)
+        corpus, target = load_target(cfg)
+        if cfg.tracking.enabled:
+            record = TrialRecord(cfg, sweep, target)
+        lock = FileLock(str(Path(sweep["sweep_dir"]) / "timing.lock")) if sweep and cfg.timing.lock else nullcontext()
+        result = run_trial(cfg, loaded=(corpus, target), timing_lock=lock)
+        if record:
+            record.finish(cfg, result)
+        for line in trial_block(cfg, result).splitlines():
+            log.info(line)
+        ok = True
+        return result.metrics
+    except SpecsweepError as e:
+        log.error("error: %s", e)
+        if record:
+            record.fail(str(e))
+        if sweep is None:
+            sys.exit(2)
+    except Exception as e:
+        log.error("trial failed: %s: %s", type(e).__name__, e)
+        if record:
+            record.fail(traceback.format_exc())
+        if sweep is None:
+            raise
+    except BaseException:  # interrupted: do not leave the run RUNNING
+        if record:
+            record.fail("interrupted", status="KILLED")
+        raise
+    finally:
+        if sweep:
+            mark_done(sweep["sweep_dir"], HydraConfig.get().job.num, ok)
+    return None

@@ -1,0 +1,220 @@
+"""MLflow bookkeeping: where the store is, the experiment, and what a trial run records.
+
+Default store: `sqlite:///<repo>/mlruns/mlflow.db` with artifacts under `<repo>/mlruns/artifacts`,
+as absolute paths (jobs may start in another working directory). `MLFLOW_TRACKING_URI` or
+`tracking.uri` replace it; a tracking server URL works the same way.
+
+All calls go through an explicit `MlflowClient` and run ids: loky reuses worker processes, so
+MLflow's process-global active-run stack would leak from one job to the next.
+"""
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import logging
+import os
+import platform
+import socket
+import subprocess
+import tempfile
+from pathlib import Path
+
+import torch
+import yaml
+from filelock import FileLock
+from omegaconf import DictConfig, OmegaConf
+
+from .errors import SpecsweepError
+
+log = logging.getLogger(__name__)
+REPO = Path(__file__).resolve().parent.parent
+MLRUNS = REPO / "mlruns"
+
+KIND_TAG = "specsweep.kind"  # sweep | trial | target
+
+
+def tracking_uri(cfg: DictConfig | None = None) -> str:
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        return os.environ["MLFLOW_TRACKING_URI"]
+    if cfg is not None and cfg.tracking.get("uri"):
+        return str(cfg.tracking.uri)
+    return f"sqlite:///{MLRUNS / 'mlflow.db'}"
+
+
+def _sqlite_path(uri: str) -> Path | None:
+    return Path(uri[len("sqlite:///"):]) if uri.startswith("sqlite:///") else None
+
+
+def artifact_location(uri: str, experiment: str) -> str | None:
+    """Artifacts beside a SQLite store; a server decides its own (None)."""
+    db = _sqlite_path(uri)
+    return (db.parent / "artifacts" / experiment).as_uri() if db else None
+
+
+def store_lock(uri: str) -> FileLock:
+    """A lock beside a SQLite store (for one-time set-up steps); a dummy-free lock in the temp dir otherwise."""
+    db = _sqlite_path(uri)
+    name = hashlib.sha256(uri.encode()).hexdigest()[:12]
+    path = (db.parent / ".store.lock") if db else Path(tempfile.gettempdir()) / f"specsweep-{name}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return FileLock(str(path))
+
+
+def client_for(uri: str):
+    """A client on the store, failing fast with one line when the store is unusable."""
+    from mlflow.tracking import MlflowClient
+    db = _sqlite_path(uri)
+    if db is not None:
+        try:
+            db.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise SpecsweepError(f"cannot create the tracking store folder {db.parent}: {e.strerror}") from None
+        if not os.access(db.parent, os.W_OK) or (db.exists() and not os.access(db, os.W_OK)):
+            raise SpecsweepError(f"the tracking store {db} is not writable")
+    return MlflowClient(tracking_uri=uri)
+
+
+def setup_experiment(uri: str, name: str) -> str:
+    """Create the store's schema and the experiment once (under a lock); return its id.
+
+    Parallel workers on a fresh SQLite store otherwise race on schema migration and on
+    experiment creation (hydraflow #245, mlflow #4123)."""
+    with store_lock(uri):
+        client = client_for(uri)
+        try:
+            exp = client.get_experiment_by_name(name)
+            if exp is not None:
+                return exp.experiment_id
+            return client.create_experiment(name, artifact_location=artifact_location(uri, name))
+        except SpecsweepError:
+            raise
+        except Exception as e:
+            raise SpecsweepError(f"tracking store {uri} is unusable: {str(e).splitlines()[0][:200]}") from None
+
+
+def flatten(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in d.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flatten(value, name + "."))
+        else:
+            out[name] = value
+    return out
+
+
+def trial_config(cfg: DictConfig) -> dict:
+    """The resolved trial config without Hydra's own node and without where it is tracked."""
+    container = OmegaConf.to_container(cfg, resolve=True)
+    container.pop("hydra", None)
+    container.pop("tracking", None)
+    return container
+
+
+def config_hash(cfg: DictConfig) -> str:
+    """Identity of a trial's configuration (what it computes, not where it is logged)."""
+    blob = yaml.safe_dump(trial_config(cfg), sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def git_state() -> tuple[str, bool]:
+    """(commit, dirty) of the repository, or ("unknown", False) outside git."""
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                                timeout=10).stdout.strip() or "unknown"
+        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
+                                    capture_output=True, text=True, timeout=10).stdout.strip())
+        return commit, dirty
+    except (OSError, subprocess.SubprocessError):
+        return "unknown", False
+
+
+def code_version() -> str:
+    """The commit, plus a hash of the uncommitted diff when the tree is dirty."""
+    commit, dirty = git_state()
+    if not dirty:
+        return commit
+    diff = subprocess.run(["git", "diff", "HEAD"], cwd=REPO, capture_output=True, timeout=30).stdout
+    return f"{commit}+dirty.{hashlib.sha256(diff).hexdigest()[:12]}"
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def environment_tags() -> dict:
+    commit, dirty = git_state()
+    return {"git_commit": commit, "git_dirty": str(dirty).lower(), "code_version": code_version(),
+            "host": socket.gethostname(), "cpu_model": cpu_model(), "torch_version": torch.__version__,
+            "python_version": platform.python_version()}
+
+
+def trial_params(cfg: DictConfig, target_key: str) -> dict:
+    params = {key: str(v) for key, v in flatten(trial_config(cfg)).items()}
+    params.update({"draft": cfg.draft.name, "k": str(cfg.k), "seed": str(cfg.seed), "n_chars": str(cfg.n_chars),
+                   "pairs": str(cfg.timing.pairs), "temperature": str(cfg.temperature), "target_key": target_key})
+    return {key: v[:6000] for key, v in params.items()}
+
+
+def pairs_csv(timing) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(["pair", "order", "baseline_s", "speculative_s", "ratio", "baseline_cpu_wall", "speculative_cpu_wall"])
+    for i, (o, b, s, cb, cs) in enumerate(zip(timing.order, timing.baseline_s, timing.speculative_s,
+                                             timing.baseline_cpu_ratio, timing.speculative_cpu_ratio)):
+        w.writerow([i, o, f"{b:.9f}", f"{s:.9f}", f"{b / s:.6f}", f"{cb:.4f}", f"{cs:.4f}"])
+    return buf.getvalue()
+
+
+def log_trial_result(client, run_id: str, cfg: DictConfig, result) -> None:
+    """Metrics (with per-pair histories), and the artifacts: pairs.csv, config.yaml, sample.txt."""
+    from mlflow.entities import Metric
+    import time
+    now = int(time.time() * 1000)
+    metrics = [Metric(key, float(v), now, 0) for key, v in result.metrics.items()]
+    t = result.timing
+    for i, (b, s) in enumerate(zip(t.baseline_s, t.speculative_s)):
+        metrics += [Metric("speedup_pair", b / s, now, i), Metric("baseline_s", b, now, i),
+                    Metric("speculative_s", s, now, i)]
+    for start in range(0, len(metrics), 1000):
+        client.log_batch(run_id, metrics=metrics[start:start + 1000])
+    info_tags = {f"info.{key}": str(v) for key, v in result.info.items()}
+    for key, v in info_tags.items():
+        client.set_tag(run_id, key, v)
+    with tempfile.TemporaryDirectory() as tmp:
+        Path(tmp, "pairs.csv").write_text(pairs_csv(t))
+        Path(tmp, "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        Path(tmp, "sample.txt").write_text(result.text, encoding="utf-8")
+        client.log_artifacts(run_id, tmp)
+
+
+def ensure_target_run(client, experiment_id: str, uri: str, target, cfg: DictConfig) -> str:
+    """The run that records the trained target (checkpoint as artifact): found, or created once."""
+    from mlflow.entities import RunStatus
+    with store_lock(uri):
+        found = client.search_runs([experiment_id], filter_string=f"tags.`{KIND_TAG}` = 'target' and "
+                                   f"tags.target_key = '{target.key}' and attributes.status = 'FINISHED'",
+                                   max_results=1)
+        if found:
+            return found[0].info.run_id
+        run = client.create_run(experiment_id, run_name=f"target-{target.key}",
+                                tags={KIND_TAG: "target", "target_key": target.key, **environment_tags()})
+        rid = run.info.run_id
+        params = {f"model.{k}": str(v) for k, v in OmegaConf.to_container(cfg.model, resolve=True).items()}
+        params.update({f"train.{k}": str(v) for k, v in OmegaConf.to_container(cfg.train, resolve=True).items()})
+        params.update({"train_seed": str(cfg.train_seed), "corpus": str(cfg.data.path or cfg.data.source)})
+        from mlflow.entities import Param
+        client.log_batch(rid, params=[Param(k, v) for k, v in params.items()])
+        client.log_metric(rid, "val_loss", target.val_loss)
+        client.log_metric(rid, "n_params", target.model.n_params())
+        client.log_artifact(rid, str(target.path), "checkpoint")
+        client.log_artifact(rid, str(target.path) + ".sha256", "checkpoint")
+        client.set_terminated(rid, RunStatus.to_string(RunStatus.FINISHED))
+        return rid
