@@ -6,7 +6,7 @@ ARGS   ?=
 SWEEP  ?= paper
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run sweep ui test bench clean-outputs
+.PHONY: help setup run sweep ui test bench bench-sweep clean-outputs
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -33,6 +33,9 @@ test: $(VENV)/.installed ## run the test suite (CPU, a tiny model trained in sec
 
 bench: $(VENV)/.installed ## print the benchmark tables (loop overhead, quantized drafts)
 	$(PY) -m src.bench $(ARGS)
+
+bench-sweep: $(VENV)/.installed ## the paper sweep at n_jobs=1 and 2: timing agreement, harness overhead, wall ratio
+	$(PY) -m src.bench_sweep --sweep $(SWEEP) $(ARGS)
 
 clean-outputs: ## delete Hydra's per-run output folders (outputs/)
 	rm -rf outputs

@@ -1,13 +1,15 @@
 """The sweep-level side of tracking, as a Hydra callback (runs in the parent process).
 
-on_multirun_start: set up the store and the experiment once, before any worker starts; open
-the sweep's parent run; write `sweep.json` into the sweep folder for the workers; start the
-progress reporter. on_multirun_end: close the parent run with a summary. Hydra skips
+on_multirun_start: plan the sweep (src/plan.py: validate every job, train each target once,
+find the cells already done); set up the store and the experiment once, before any worker
+starts; open the sweep's parent run (or reopen it, when the same sweep is run again); write
+`sweep.json` into the sweep folder for the workers; start the progress reporter. on_multirun_end: close the parent run with a summary. Hydra skips
 on_multirun_end when a job raised, so the parent run is also closed by an atexit hook.
 """
 from __future__ import annotations
 
 import atexit
+import shutil
 import json
 import logging
 import os
@@ -16,12 +18,13 @@ import time
 import uuid
 from pathlib import Path
 
-from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from .atomic import write_text
-from .tracking import KIND_TAG, environment_tags, setup_experiment, tracking_uri, client_for
+from .errors import SpecsweepError
+from .plan import finished_jobs, plan_jobs, prepare_targets, previous_parent, sweep_signature
+from .tracking import KIND_TAG, client_for, code_version, environment_tags, setup_experiment, tracking_uri
 
 log = logging.getLogger(__name__)
 SWEEP_FILE = "sweep.json"
@@ -29,14 +32,6 @@ PROGRESS_DIR = ".progress"
 
 # the summary of the last sweep this process ran (read by the entry point for its exit status)
 last_summary: dict = {}
-
-
-def count_jobs(config: DictConfig) -> int:
-    """How many jobs Hydra's basic sweeper will launch for this command line and sweep file."""
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-    params = [f"{k}={v}" for k, v in (config.hydra.sweeper.get("params") or {}).items()]
-    overrides = OverridesParser.create().parse_overrides(params + list(config.hydra.overrides.task))
-    return sum(len(batch) for batch in BasicSweeper.split_arguments(overrides, None))
 
 
 def n_jobs(config: DictConfig) -> int:
@@ -105,33 +100,50 @@ class SweepTracking(Callback):
         self.__init__()
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
-        from .errors import SpecsweepError
+        try:
+            self._start(config)
+        except SpecsweepError as e:
+            log.error("error: %s", e)
+            raise SystemExit(2)
+
+    def _start(self, config: DictConfig) -> None:
         sweep_dir = Path(str(config.hydra.sweep.dir))
-        sweep_dir.mkdir(parents=True, exist_ok=True)
-        total = count_jobs(config)
+        shutil.rmtree(sweep_dir / PROGRESS_DIR, ignore_errors=True)  # markers of an earlier run in this folder
+        jobs = plan_jobs(config)                       # bad input stops here, before any write
+        uri = tracking_uri(config) if config.tracking.enabled else None
+        if uri:
+            experiment_id = setup_experiment(uri, config.tracking.experiment)
+        prepare_targets(jobs)                          # each distinct target trained once, all cores
         info = {"sweep_id": uuid.uuid4().hex[:12], "sweep_name": str(config.get("sweep_name") or "adhoc"),
-                "total": total, "n_jobs": n_jobs(config), "sweep_dir": str(sweep_dir.resolve())}
-        if config.tracking.enabled:
-            uri = tracking_uri(config)
-            try:
-                experiment_id = setup_experiment(uri, config.tracking.experiment)
-            except SpecsweepError as e:
-                log.error("error: %s", e)
-                raise SystemExit(2)
+                "total": len(jobs), "n_jobs": n_jobs(config), "sweep_dir": str(sweep_dir.resolve()), "skip_jobs": []}
+        if uri:
             self.client = client_for(uri)
-            tags = {KIND_TAG: "sweep", "sweep_id": info["sweep_id"], "sweep_name": info["sweep_name"],
-                    "n_jobs": str(info["n_jobs"]), "trials_planned": str(total),
-                    "command_overrides": " ".join(config.hydra.overrides.task), **environment_tags()}
-            run = self.client.create_run(experiment_id, run_name=f"sweep-{info['sweep_name']}-{info['sweep_id']}",
-                                         tags=tags)
-            self.parent_run_id = run.info.run_id
+            version = code_version()
+            signature = sweep_signature(jobs, version)
+            previous = previous_parent(self.client, experiment_id, signature) if config.resume else None
+            if config.resume:
+                info["skip_jobs"] = sorted(finished_jobs(self.client, experiment_id, jobs, version))
+            if previous is not None:  # the same sweep again: continue it under its parent run
+                self.parent_run_id = previous.info.run_id
+                info["sweep_id"] = previous.data.tags["sweep_id"]
+                self.client.update_run(self.parent_run_id, status="RUNNING")
+            else:
+                tags = {KIND_TAG: "sweep", "sweep_id": info["sweep_id"], "sweep_name": info["sweep_name"],
+                        "n_jobs": str(info["n_jobs"]), "trials_planned": str(len(jobs)), "sweep_signature": signature,
+                        "command_overrides": " ".join(config.hydra.overrides.task), **environment_tags()}
+                run = self.client.create_run(experiment_id, tags=tags,
+                                             run_name=f"sweep-{info['sweep_name']}-{info['sweep_id']}")
+                self.parent_run_id = run.info.run_id
             info.update({"tracking_uri": uri, "experiment_id": experiment_id, "parent_run_id": self.parent_run_id})
             atexit.register(self._close, "FAILED")
         write_text(sweep_dir / SWEEP_FILE, json.dumps(info, indent=1))
-        log.info("sweep %s (%s): %d trials on %d workers%s", info["sweep_id"], info["sweep_name"], total,
-                 info["n_jobs"], f", tracked in {info.get('tracking_uri')}" if self.parent_run_id else "")
+        skipped = len(info["skip_jobs"])
+        log.info("sweep %s (%s): %d cells: %d done, %d to run, on %d workers%s%s", info["sweep_id"],
+                 info["sweep_name"], len(jobs), skipped, len(jobs) - skipped, info["n_jobs"],
+                 f", tracked in {uri}" if uri else "",
+                 "" if config.resume else " (resume=false: rerunning every cell)")
         self.t0 = time.monotonic()
-        self.progress = Progress(sweep_dir, total)
+        self.progress = Progress(sweep_dir, len(jobs) - skipped)
         self.progress.start()
         self.info = info
 
@@ -140,12 +152,14 @@ class SweepTracking(Callback):
             self.progress.stop()
         ok, failed = self.progress.counts() if self.progress else (0, 0)
         wall = time.monotonic() - self.t0
-        last_summary.update({"total": self.info["total"], "finished": ok, "failed": failed, "wall_s": wall,
-                             "sweep_id": self.info["sweep_id"]})
-        log.info("sweep %s done: %d finished, %d failed, %d planned, wall %s", self.info["sweep_id"], ok, failed,
-                 self.info["total"], _hms(wall))
+        skipped = len(self.info["skip_jobs"])
+        last_summary.update({"total": self.info["total"], "finished": ok, "failed": failed, "skipped": skipped,
+                             "wall_s": wall, "sweep_id": self.info["sweep_id"]})
+        log.info("sweep %s done: %d finished, %d failed, %d skipped (done before), %d cells, wall %s",
+                 self.info["sweep_id"], ok, failed, skipped, self.info["total"], _hms(wall))
         if self.client and self.parent_run_id:
-            for key, value in (("trials_finished", ok), ("trials_failed", failed), ("wall_s", wall)):
+            for key, value in (("trials_finished", ok + skipped), ("trials_failed", failed),
+                               ("trials_run_now", ok + failed), ("wall_s", wall)):
                 self.client.log_metric(self.parent_run_id, key, value)
             self._close("FINISHED" if failed == 0 else "FAILED")
 

@@ -18,6 +18,7 @@ import platform
 import socket
 import subprocess
 import tempfile
+import urllib.request
 from pathlib import Path
 
 import torch
@@ -61,9 +62,26 @@ def store_lock(uri: str) -> FileLock:
     return FileLock(str(path))
 
 
+def check_server(uri: str, timeout: float = 3.0) -> None:
+    """A tracking server that is down gets a clear message within seconds, not minutes of retries."""
+    try:
+        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout) as resp:
+            if resp.status == 200:
+                return
+            problem = f"HTTP {resp.status}"
+    except (OSError, ValueError) as e:
+        problem = str(getattr(e, "reason", e))
+    raise SpecsweepError(f"tracking server {uri} is not reachable ({problem})")
+
+
 def client_for(uri: str):
     """A client on the store, failing fast with one line when the store is unusable."""
     from mlflow.tracking import MlflowClient
+    if uri.startswith(("http://", "https://")):
+        # bounded retries: a server that goes away mid-sweep fails the trial, not hangs it
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
+        check_server(uri)
     db = _sqlite_path(uri)
     if db is not None:
         try:
@@ -72,6 +90,8 @@ def client_for(uri: str):
             raise SpecsweepError(f"cannot create the tracking store folder {db.parent}: {e.strerror}") from None
         if not os.access(db.parent, os.W_OK) or (db.exists() and not os.access(db, os.W_OK)):
             raise SpecsweepError(f"the tracking store {db} is not writable")
+        if db.exists() and db.stat().st_size > 0 and not db.read_bytes()[:16].startswith(b"SQLite format 3"):
+            raise SpecsweepError(f"the tracking store {db} is not an SQLite database (corrupt?)")
     return MlflowClient(tracking_uri=uri)
 
 

@@ -1,0 +1,100 @@
+"""A sweep's plan, made in the parent before any worker starts.
+
+Every job's config is composed and validated first (bad input stops the sweep with one line
+before anything is written to the store), every distinct target is trained once here with all
+cores, and the jobs whose identical configuration already has a FINISHED run (same config
+hash, code version and target) are marked done, so a rerun of the same command resumes.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass
+
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import DictConfig, OmegaConf
+
+from .errors import SpecsweepError
+from .tracking import KIND_TAG, config_hash
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PlannedJob:
+    num: int
+    overrides: list[str]
+    cfg: DictConfig
+    config_hash: str
+    target_key: str = ""
+
+
+def job_overrides(config: DictConfig) -> list[list[str]]:
+    """The override list of every job, in Hydra's basic-sweeper order (job num = index)."""
+    params = [f"{k}={v}" for k, v in (config.hydra.sweeper.get("params") or {}).items()]
+    overrides = OverridesParser.create().parse_overrides(params + list(config.hydra.overrides.task))
+    return [job for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
+
+
+def plan_jobs(config: DictConfig) -> list[PlannedJob]:
+    """Compose and validate every job's config; the first bad one raises SpecsweepError."""
+    from .trial import validate
+    loader = GlobalHydra.instance().config_loader()
+    jobs = []
+    for num, overrides in enumerate(job_overrides(config)):
+        try:
+            cfg = loader.load_sweep_config(config, overrides)
+        except Exception as e:
+            raise SpecsweepError(f"trial #{num} ({' '.join(overrides)}): {str(e).splitlines()[0]}") from None
+        with_hydra = cfg
+        cfg = OmegaConf.masked_copy(with_hydra, [k for k in with_hydra if k != "hydra"])
+        try:
+            validate(cfg)
+        except SpecsweepError as e:
+            raise SpecsweepError(f"trial #{num} ({' '.join(overrides)}): {e}") from None
+        jobs.append(PlannedJob(num, list(overrides), cfg, config_hash(cfg)))
+    return jobs
+
+
+def target_identity(cfg: DictConfig) -> str:
+    keys = {k: OmegaConf.to_container(cfg[k], resolve=True) for k in ("data", "model", "train")}
+    return repr((keys, cfg.train_seed))
+
+
+def prepare_targets(jobs: list[PlannedJob]) -> None:
+    """Train (or load) each distinct target once, here, and note its key on every job."""
+    from .trial import load_target
+    keys: dict[str, str] = {}
+    for job in jobs:
+        ident = target_identity(job.cfg)
+        if ident not in keys:
+            _, target = load_target(job.cfg)
+            keys[ident] = target.key
+        job.target_key = keys[ident]
+
+
+def sweep_signature(jobs: list[PlannedJob], code_version: str) -> str:
+    blob = "\n".join(sorted(f"{j.config_hash}:{j.target_key}" for j in jobs)) + code_version
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def finished_jobs(client, experiment_id: str, jobs: list[PlannedJob], code_version: str) -> set[int]:
+    """Job numbers whose configuration already has a FINISHED trial run with this code and target."""
+    done, token = set(), None
+    while True:
+        page = client.search_runs([experiment_id], f"tags.`{KIND_TAG}` = 'trial' and attributes.status = 'FINISHED' "
+                                  f"and tags.code_version = '{code_version}'", max_results=5000, page_token=token)
+        done.update((r.data.tags.get("config_hash"), r.data.tags.get("target_key")) for r in page)
+        token = page.token
+        if not token:
+            break
+    return {j.num for j in jobs if (j.config_hash, j.target_key) in done}
+
+
+def previous_parent(client, experiment_id: str, signature: str):
+    """The newest parent run of a sweep with this signature (same jobs, same code), or None."""
+    runs = client.search_runs([experiment_id], f"tags.`{KIND_TAG}` = 'sweep' and tags.sweep_signature = '{signature}'",
+                              max_results=1, order_by=["attributes.start_time DESC"])
+    return runs[0] if runs else None
