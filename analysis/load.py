@@ -1,0 +1,164 @@
+"""Pull one sweep's trial runs out of MLflow into pandas.
+
+A sweep is a parent run tagged `specsweep.kind = sweep` with a `sweep_id` tag; its trials are
+runs tagged `specsweep.kind = trial` with the same `sweep_id` (matching on the id rather than
+on the parent run id keeps a resumed sweep's trials together). Params arrive as strings and
+are cast here, once. Per-pair speedup ratios come from the `speedup_pair` metric history
+(step = pair index).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import mlflow
+import pandas as pd
+from mlflow.tracking import MlflowClient
+
+from src.errors import SpecsweepError
+
+log = logging.getLogger(__name__)
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_EXPERIMENT = "specsweep"
+FINISHED = "FINISHED"
+KEY = ["draft", "k", "seed"]   # one trial
+CELL = ["draft", "k"]          # one table row: a trial aggregated across seeds
+INT_PARAMS = ["k", "seed", "n_chars", "pairs"]
+FLOAT_PARAMS = ["temperature"]
+STR_PARAMS = ["draft", "target_key"]
+PAIR_METRIC = "speedup_pair"
+
+
+@dataclass
+class Sweep:
+    sweep_id: str
+    name: str
+    parent_run_id: str
+    experiment_id: str
+    start_time: pd.Timestamp
+
+
+@dataclass
+class SweepData:
+    sweep: Sweep
+    trials: pd.DataFrame    # one row per trial run with draft, k and seed: run_id, status, params, metrics
+    unplaced: pd.DataFrame  # runs without draft/k/seed params (died before logging them): run_id, status
+    pairs: pd.DataFrame     # one row per timed pair of a finished trial: draft, k, seed, run_id, pair, ratio
+
+    @property
+    def finished(self) -> pd.DataFrame:
+        return finished_trials(self.trials)
+
+
+def default_tracking_uri() -> str:
+    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{REPO / 'mlruns' / 'mlflow.db'}"
+
+
+def connect(uri: str) -> MlflowClient:
+    """Point mlflow at `uri`; refuse a SQLite file that does not exist (MLflow would create an empty one)."""
+    if uri.startswith("sqlite:///"):
+        path = Path(uri.removeprefix("sqlite:///"))
+        if not path.is_file():
+            raise SpecsweepError(f"no tracking store at {path} (run a sweep first, or pass --tracking-uri)")
+    mlflow.set_tracking_uri(uri)
+    return MlflowClient(uri)
+
+
+def find_sweep(experiment: str, sweep_id: str | None = None) -> Sweep:
+    """The sweep's parent run: the one with `sweep_id`, else the newest one."""
+    exp = mlflow.get_experiment_by_name(experiment)
+    if exp is None:
+        raise SpecsweepError(f"no experiment {experiment!r} in {mlflow.get_tracking_uri()}")
+    parents = mlflow.search_runs([exp.experiment_id], "tags.`specsweep.kind` = 'sweep'",
+                                 order_by=["attributes.start_time DESC"])
+    if parents.empty:
+        raise SpecsweepError(f"no sweep in experiment {experiment!r}")
+    ids = parents.get("tags.sweep_id", pd.Series(pd.NA, index=parents.index, dtype=object))
+    chosen = parents[ids.notna()] if sweep_id is None else parents[ids == sweep_id]
+    if chosen.empty:
+        known = ", ".join(ids.dropna().unique()[:5])
+        raise SpecsweepError(f"no sweep with id {sweep_id!r} in experiment {experiment!r} (latest: {known})")
+    row = chosen.iloc[0]
+    name = row.get("tags.sweep_name")
+    return Sweep(sweep_id=row["tags.sweep_id"], name=name if isinstance(name, str) else "",
+                 parent_run_id=row["run_id"], experiment_id=exp.experiment_id, start_time=row["start_time"])
+
+
+def search_trials(sweep: Sweep) -> pd.DataFrame:
+    """Raw search_runs frame of the sweep's trial runs, every status."""
+    kind = "tags.`specsweep.kind` = 'trial'"
+    if re.fullmatch(r"[\w.:-]+", sweep.sweep_id):
+        return mlflow.search_runs([sweep.experiment_id], f"{kind} and tags.sweep_id = '{sweep.sweep_id}'")
+    # an id with quotes or spaces cannot go into a filter string safely: filter here instead
+    runs = mlflow.search_runs([sweep.experiment_id], kind)
+    return runs[runs["tags.sweep_id"] == sweep.sweep_id] if "tags.sweep_id" in runs else runs.iloc[0:0]
+
+
+def tidy_runs(raw: pd.DataFrame) -> pd.DataFrame:
+    """run_id, status, start_time, typed params and every metric under its bare name."""
+    out = pd.DataFrame({"run_id": raw.get("run_id", pd.Series(dtype=str)),
+                        "status": raw.get("status", pd.Series(dtype=str)),
+                        "start_time": raw.get("start_time", pd.Series(dtype="datetime64[ns, UTC]"))})
+    for name in STR_PARAMS + INT_PARAMS + FLOAT_PARAMS:
+        col = raw.get(f"params.{name}")
+        if col is None:
+            out[name] = pd.NA
+        elif name in STR_PARAMS:
+            out[name] = col
+        else:
+            out[name] = pd.to_numeric(col, errors="coerce")
+    metrics = {c.removeprefix("metrics."): pd.to_numeric(raw[c], errors="coerce")
+               for c in raw.columns if c.startswith("metrics.")}
+    return pd.concat([out, pd.DataFrame(metrics, index=out.index)], axis=1)
+
+
+def split_unplaced(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(runs with draft, k and seed; runs without, which cannot be put in any cell)."""
+    placed = runs[KEY].notna().all(axis=1)
+    trials = runs[placed].copy()
+    for name in ("k", "seed"):
+        trials[name] = trials[name].astype(int)
+    return trials.reset_index(drop=True), runs.loc[~placed, ["run_id", "status"]].reset_index(drop=True)
+
+
+def finished_trials(trials: pd.DataFrame) -> pd.DataFrame:
+    """FINISHED trials, one per (draft, k, seed): the newest if a trial was run twice."""
+    done = trials[trials["status"] == FINISHED].sort_values("start_time")
+    dup = done.duplicated(KEY, keep="last")
+    if dup.any():
+        log.warning("%d trials were finished more than once; using the newest run of each", dup.sum())
+    return done[~dup].sort_values(KEY).reset_index(drop=True)
+
+
+def pair_ratios(client: MlflowClient, finished: pd.DataFrame) -> pd.DataFrame:
+    """Long frame of the per-pair speedup ratios of every finished trial."""
+    rows = []
+    for t in finished.itertuples():
+        history = client.get_metric_history(t.run_id, PAIR_METRIC)
+        if not history:
+            log.warning("run %s (%s k=%d seed=%d) has no %s history; its pairs are left out",
+                        t.run_id, t.draft, t.k, t.seed, PAIR_METRIC)
+        by_step = {}
+        for m in sorted(history, key=lambda m: m.timestamp):
+            by_step[m.step] = m.value  # a re-logged step: the latest value wins
+        rows += [(t.draft, t.k, t.seed, t.run_id, step, value) for step, value in sorted(by_step.items())]
+    return pd.DataFrame(rows, columns=KEY + ["run_id", "pair", "ratio"])
+
+
+def load_sweep(client: MlflowClient, experiment: str, sweep_id: str | None = None) -> SweepData:
+    sweep = find_sweep(experiment, sweep_id)
+    runs = tidy_runs(search_trials(sweep))
+    if runs.empty:
+        raise SpecsweepError(f"sweep {sweep.sweep_id!r} has no trial runs")
+    trials, unplaced = split_unplaced(runs)
+    if len(unplaced):
+        log.warning("%d runs of sweep %s have no draft/k/seed params", len(unplaced), sweep.sweep_id)
+    for name in ("n_chars", "temperature", "target_key"):
+        values = trials[name].dropna().unique()
+        if len(values) > 1:  # cells pool across seeds only; other differences would be mixed in silently
+            log.warning("sweep %s mixes %s values %s; cells aggregate across them", sweep.sweep_id, name, list(values))
+    return SweepData(sweep, trials, unplaced, pair_ratios(client, finished_trials(trials)))

@@ -1,0 +1,174 @@
+"""`python -m analysis.report`: one sweep's MLflow runs -> the seed's tables, cost models, figures.
+
+    python -m analysis.report                          # the latest sweep
+    python -m analysis.report --sweep-id ID --out DIR --no-log-artifacts
+    python -m analysis.report --tracking-uri sqlite:///path/mlflow.db --experiment specsweep
+
+Prints the tables as Markdown; writes each as Markdown, CSV and LaTeX, the figures as PNG and
+SVG, and report.md into --out (default results/<sweep_id>/), then logs that folder as the
+artifacts "analysis/" of the sweep's parent run. Bad input (no store, no such sweep, no
+finished trial) ends with one line on stderr and exit status 2.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+from mlflow.exceptions import MlflowException
+
+from src.atomic import write_text
+from src.errors import SpecsweepError
+
+from . import figures
+from .aggregate import pooled_speedup, trial_status
+from .cost_models import ModelResults, cell_predictions, predict_trials
+from .export import markdown, write_figure, write_table
+from .load import DEFAULT_EXPERIMENT, REPO, SweepData, connect, default_tracking_uri, load_sweep
+from .tables import (Table, acceptance_table, best_k_table, cost_by_k_table, cost_table, exactness_table,
+                     fit_table, model_errors_table, position_table, predictions_table, speedup_table, status_table)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Report:
+    data: SweepData
+    status: pd.DataFrame
+    cells: pd.DataFrame       # per cell: measured pooled speedup and each model's prediction
+    models: ModelResults
+    tables: list[Table]
+
+
+def optional(build, *args) -> Table | None:
+    """A table whose metrics the sweep did not log is left out with a warning, not a crash."""
+    try:
+        return build(*args)
+    except KeyError as e:
+        log.warning("table %s left out: the trials lack %s", build.__name__.removesuffix("_table"), e)
+        return None
+
+
+def build_report(data: SweepData) -> Report:
+    finished = data.finished
+    if finished.empty:
+        counts = data.trials["status"].value_counts().to_dict()
+        raise SpecsweepError(f"sweep {data.sweep.sweep_id!r} has no finished trial (runs by status: {counts})")
+    status = trial_status(data.trials)
+    speedup = pooled_speedup(data.pairs)
+    models = predict_trials(finished)
+    cells = cell_predictions(models.trials, speedup)
+    tables = [status_table(status),
+              optional(acceptance_table, finished),
+              optional(position_table, finished),
+              optional(speedup_table, finished, speedup),
+              optional(cost_table, finished),
+              optional(cost_by_k_table, finished),
+              optional(predictions_table, cells),
+              optional(model_errors_table, cells),
+              optional(fit_table, models),
+              optional(best_k_table, cells),
+              optional(exactness_table, finished)]
+    return Report(data, status, cells, models, [t for t in tables if t is not None])
+
+
+def summary(report: Report, uri: str, experiment: str) -> str:
+    s, status = report.data.sweep, report.status
+    lines = [f"# Sweep {s.name or s.sweep_id} ({s.sweep_id})", "",
+             f"Parent run {s.parent_run_id} in experiment {experiment!r} ({uri}), "
+             f"started {s.start_time:%Y-%m-%d %H:%M}.",
+             "",
+             f"Trials: {status['seeds'].sum()} in the grid ({status['draft'].nunique()} drafts x "
+             f"{status['k'].nunique()} k x {status['seeds'].max()} seeds): {status['finished'].sum()} finished, "
+             f"{status['failed'].sum()} failed, {status['missing'].sum()} missing (no FINISHED run, failed included)."]
+    if len(report.data.unplaced):
+        lines.append(f"Runs without draft/k/seed params (in no cell): {len(report.data.unplaced)} "
+                     f"({', '.join(report.data.unplaced['status'])}).")
+    short = status[status["missing"] > 0]
+    if len(short):
+        lines.append("Cells short of trials: " + ", ".join(
+            f"{r.draft} k={r.k} ({r.finished}/{r.seeds} finished)" for r in short.itertuples()) + ".")
+    best = next((t.df for t in report.tables if t.name == "best_k"), None)
+    if best is not None and not best.empty:
+        lines += ["", "Recommended k (extended cost model; measured best in brackets): " + "; ".join(
+            f"{r['draft']}: {r['recommendation']} [measured {r['measured best k']}, {r['measured median']:.2f}x]"
+            for _, r in best.iterrows()) + "."]
+    return "\n".join(lines) + "\n"
+
+
+def render(report: Report, uri: str, experiment: str) -> str:
+    return "\n".join([summary(report, uri, experiment)] + [markdown(t) for t in report.tables])
+
+
+def write_outputs(report: Report, text: str, out_dir: Path) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for table in report.tables:
+        write_table(table, out_dir)
+    write_text(out_dir / "report.md", text)
+    acceptance = next((t.df for t in report.tables if t.name == "acceptance"), None)
+    plots = {}
+    if report.cells["measured"].notna().any():
+        plots["speedup_vs_k"] = lambda: figures.speedup_vs_k(report.cells)
+        plots["predicted_vs_measured"] = lambda: figures.predicted_vs_measured(report.cells)
+    else:
+        log.warning("no pair timings in this sweep: the speedup figures are left out")
+    if acceptance is not None:
+        plots["acceptance_vs_k"] = lambda: figures.acceptance_vs_k(acceptance)
+    for stem, make in plots.items():
+        fig = make()
+        write_figure(fig, out_dir, stem)
+        figures.plt.close(fig)
+
+
+def default_out(sweep_id: str) -> Path:
+    return REPO / "results" / re.sub(r"[^\w.-]", "_", sweep_id)  # a sweep id is not trusted as a path
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m analysis.report",
+                                description="Turn one sweep's MLflow runs into tables, cost models and figures.")
+    p.add_argument("--sweep-id", help="the sweep to report (default: the latest)")
+    p.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help="MLflow experiment (default: %(default)s)")
+    p.add_argument("--tracking-uri", help="default: $MLFLOW_TRACKING_URI, else sqlite:///<repo>/mlruns/mlflow.db")
+    p.add_argument("--out", type=Path, help="output folder (default: results/<sweep_id>/)")
+    p.add_argument("--no-log-artifacts", action="store_true", help="do not log the output folder to the parent run")
+    return p.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> Path:
+    uri = args.tracking_uri or default_tracking_uri()
+    client = connect(uri)
+    data = load_sweep(client, args.experiment, args.sweep_id)
+    report = build_report(data)
+    text = render(report, uri, args.experiment)
+    print(text)
+    out_dir = args.out or default_out(data.sweep.sweep_id)
+    write_outputs(report, text, out_dir)
+    log.info("wrote %s", out_dir)
+    if not args.no_log_artifacts:
+        try:
+            client.log_artifacts(data.sweep.parent_run_id, str(out_dir), "analysis")
+        except (MlflowException, OSError) as e:
+            raise SpecsweepError(f"wrote {out_dir} but could not log it to run "
+                                 f"{data.sweep.parent_run_id}: {e}") from None
+    return out_dir
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    args = parse_args(argv)
+    try:
+        run(args)
+    except (SpecsweepError, MlflowException) as e:
+        message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        print(f"error: {message}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

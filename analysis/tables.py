@@ -1,0 +1,199 @@
+"""The report's tables, in the seed's shapes, as numbers (rendering lives in export.py).
+
+Each builder takes the finished trials (and the pooled pair statistics or model results) and
+returns a `Table`: a DataFrame with readable column names, the number format of each column
+for the text renderings, and a note saying what the numbers are taken over.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from .aggregate import cell_medians
+from .cost_models import MODELS, ModelResults, best_k, model_errors
+
+SPREAD_WARN, SPREAD_BAD, CPU_WALL_LOW = 0.10, 0.25, 0.8  # thresholds of src/report.py's warnings
+
+
+@dataclass
+class Table:
+    name: str                 # file stem
+    title: str
+    df: pd.DataFrame
+    formats: dict[str, str] = field(default_factory=dict)  # column -> format spec; default by dtype
+    note: str = ""
+
+
+def status_table(status: pd.DataFrame) -> Table:
+    return Table("status", "Trials per cell", status, note=(
+        "seeds: grid points (draft x k x seed spanned by the sweep's runs); failed: no FINISHED run "
+        "and at least one FAILED, KILLED or still RUNNING (killed worker) run; missing: no FINISHED run "
+        "(failed included). Only finished trials enter the other tables."))
+
+
+def acceptance_table(finished: pd.DataFrame) -> Table:
+    cols = {"acceptance": "acceptance", "chars_per_pass": "chars per pass", "target_passes": "target passes",
+            "baseline_passes": "baseline passes", "position_acceptance": "per-position acceptance",
+            "analytic_acceptance": "analytic acceptance"}
+    df = cell_medians(finished, list(cols)).rename(columns=cols)
+    return Table("acceptance", "Acceptance", df,
+                 {"chars per pass": ".2f", "target passes": "g", "baseline passes": "g"},
+                 "Median over seeds. acceptance = accepted / proposed draft chars; per-position = accepted / "
+                 "tested positions (up to the first rejection); analytic = mean over tested positions of "
+                 "sum_x min(p, q); baseline passes = target passes without speculation (n_chars).")
+
+
+def position_table(finished: pd.DataFrame) -> Table:
+    k_max = int(finished["k"].max()) if len(finished) else 0
+    cols = {f"acceptance_pos_{i}": f"draft {i} kept" for i in range(1, k_max + 1)}
+    df = cell_medians(finished, list(cols)).rename(columns=cols)
+    return Table("acceptance_by_position", "Acceptance by draft position", df,
+                 note="Fraction of target passes whose i-th drafted char was accepted; median over seeds.")
+
+
+def timing_flags(finished: pd.DataFrame) -> pd.Series:
+    """Per cell: the worst arm spread (IQR / median) and CPU/wall ratio of its trials, in words."""
+    def flags(g: pd.DataFrame) -> str:
+        out = []
+        spread = g[["baseline_iqr_rel", "speculative_iqr_rel"]].max().max()  # NaN-skipping
+        if spread > SPREAD_BAD:
+            out.append(f"unreliable: spread {spread:.0%}")
+        elif spread > SPREAD_WARN:
+            out.append(f"noisy: spread {spread:.0%}")
+        cpu = g["min_cpu_wall_ratio"].min()
+        if cpu < CPU_WALL_LOW:
+            out.append(f"descheduled: CPU/wall {cpu:.2f}")
+        return "; ".join(out)
+    needed = ["baseline_iqr_rel", "speculative_iqr_rel", "min_cpu_wall_ratio"]
+    if any(c not in finished.columns for c in needed):
+        return pd.Series(dtype=str)
+    return finished.groupby(["draft", "k"])[needed].apply(flags).rename("timing flags")
+
+
+def verdict(lo: float, hi: float) -> str:
+    if pd.isna(lo) or pd.isna(hi):
+        return ""  # no pair timings for this cell
+    if lo > 1:
+        return "faster"
+    if hi < 1:
+        return "slower"
+    return "no demonstrated change"  # the range straddles 1.0
+
+
+def speedup_table(finished: pd.DataFrame, speedup: pd.DataFrame) -> Table:
+    cpp = cell_medians(finished, ["chars_per_pass"]).rename(columns={"chars_per_pass": "chars per pass"})
+    df = cpp.drop(columns="seeds").merge(speedup, on=["draft", "k"], how="left")
+    df["verdict"] = [verdict(lo, hi) for lo, hi in zip(df["min"], df["max"])]
+    df = df.merge(timing_flags(finished).reset_index(), on=["draft", "k"], how="left")
+    df = df.rename(columns={"seed_median": "median of seed medians", "confidence": "range confidence"})
+    return Table("speedup", "Measured speedup", df,
+                 {"chars per pass": ".2f", "median": ".2f", "min": ".2f", "max": ".2f",
+                  "median of seed medians": ".2f", "range confidence": ".4f"},
+                 "Speedup = baseline time / speculative time of one alternated pair. median, min and max are "
+                 "over ALL pairs of all seeds of the cell (pooled ratios); range confidence = coverage of "
+                 "[min, max] as an interval for the median, 1 - 2/2^pairs. Timing flags: worst IQR/median "
+                 f"of an arm over the cell's trials (> {SPREAD_WARN:.0%} noisy, > {SPREAD_BAD:.0%} unreliable), "
+                 f"CPU/wall below {CPU_WALL_LOW}.")
+
+
+def cost_table(finished: pd.DataFrame) -> Table:
+    rows = [{"what": "one target pass", "time us": finished["target_pass_us"].median(), "c": np.nan}]
+    for draft, g in finished.groupby("draft", sort=True):
+        rows.append({"what": f"{draft} draft, per char", "time us": g["draft_char_us"].median(),
+                     "c": g["c"].median()})
+    return Table("cost", "Cost", pd.DataFrame(rows), {"time us": ".0f"},
+                 "Median over all finished trials (of the draft). The draft's time per char includes its "
+                 "per-call cost spread over k chars, so it varies with k: see the cost by k table.")
+
+
+def cost_by_k_table(finished: pd.DataFrame) -> Table:
+    cols = {"target_pass_us": "target pass us", "verify_pass_us": "verify pass us",
+            "draft_char_us": "draft us per char", "c": "c", "overhead_us_per_pass": "overhead us per pass"}
+    df = cell_medians(finished, list(cols))
+    df.insert(df.columns.get_loc("verify_pass_us") + 1, "verify / target",
+              df["verify_pass_us"] / df["target_pass_us"])
+    df = df.rename(columns=cols)
+    return Table("cost_by_k", "Cost by k", df,
+                 {"target pass us": ".0f", "verify pass us": ".0f", "draft us per char": ".1f",
+                  "overhead us per pass": ".0f"},
+                 "Median over seeds. verify pass = one (k+1)-char target pass; overhead per pass = measured "
+                 "speculative time minus verify passes and draft time, per pass.")
+
+
+def predictions_table(cells: pd.DataFrame) -> Table:
+    short = {"seed": "seed formula", "closed": "closed form", "extended": "extended", "held_out": "held out"}
+    df = cells[["draft", "k", "measured"]].rename(columns={"measured": "measured median"})
+    formats = {"measured median": ".2f"}
+    for m, label in short.items():
+        df[label] = cells[f"pred_{m}"]
+        df[f"{label} APE %"] = cells[f"ape_{m}"]
+        formats |= {label: ".2f", f"{label} APE %": ".1f"}
+    return Table("predicted_vs_measured", "Predicted vs measured", df, formats,
+                 "Predicted speedup per cell (median over seeds of each trial's prediction) against the "
+                 "measured pooled median; APE = |predicted - measured| / measured. Held out: the extended "
+                 "model fitted without the cell's draft.")
+
+
+def model_errors_table(cells: pd.DataFrame) -> Table:
+    return Table("model_errors", "Cost model errors", model_errors(cells),
+                 {"median APE %": ".1f", "max APE %": ".1f"}, "APE over the cells with a measured speedup.")
+
+
+def fit_table(results: ModelResults) -> Table | None:
+    if results.fit is None:
+        return None
+    meaning = {"b": "verify pass cost per drafted position (x t1)", "o_pass": "overhead per speculative pass, us",
+               "o_char": "overhead per drafted char, us", "o_base": "overhead per baseline pass, us",
+               "trials": "trials fitted on"}
+    df = pd.DataFrame({"parameter": list(meaning), "meaning": list(meaning.values())})
+    df["all drafts"] = [getattr(results.fit, p) for p in meaning]
+    for draft, fit in results.held_out.items():
+        df[f"without {draft}"] = [getattr(fit, p) for p in meaning]
+    formats = {c: ".4g" for c in df.columns[2:]}
+    return Table("extended_fit", "Extended cost model: fitted parameters", df, formats,
+                 "T_B = n (t1 + o_base); T_S = P (t1 (1 + b k) + o_pass) + D (td + o_char); least squares on "
+                 "relative residuals. 'without X': fitted leaving draft X out (used for its held-out predictions).")
+
+
+def recommendation(best: pd.Series, predicted: float) -> str:
+    k = best["extended best k"]
+    if pd.isna(k):
+        return ""
+    if predicted < 1:
+        return f"do not speculate (best predicted {predicted:.2f}x)"
+    return f"k = {k}"
+
+
+def best_k_table(cells: pd.DataFrame) -> Table:
+    df = best_k(cells)
+    if df.empty:
+        return Table("best_k", "Best k", df)
+    pred = cells.set_index(["draft", "k"])["pred_extended"]
+    df["model agrees"] = ["" if pd.isna(m) else "yes" if m == k else "no"
+                          for m, k in zip(df["extended best k"], df["measured best k"])]
+    df["recommendation"] = [recommendation(row, pred.get((row["draft"], row["extended best k"]), np.nan))
+                            for _, row in df.iterrows()]
+    df = df.rename(columns={"measured": "measured median", "held_out best k": "held-out best k",
+                            "seed best k": "seed formula best k", "closed best k": "closed form best k"})
+    return Table("best_k", "Best k per draft", df, {"measured median": ".2f", "min": ".2f", "max": ".2f"},
+                 "Measured best k: highest pooled median speedup among the measured k; model best k: highest "
+                 f"prediction over the same k. The recommendation follows the {MODELS['extended']} model.")
+
+
+def exactness_table(finished: pd.DataFrame) -> Table | None:
+    if "tvd_speculative" not in finished.columns or finished["tvd_speculative"].isna().all():
+        return None
+    rows = []
+    for draft, g in finished.groupby("draft", sort=True):
+        tvd = g["tvd_speculative"].dropna()
+        if len(tvd):
+            rows.append({"sampler": f"{draft} draft", "TVD": tvd.median(), "max TVD": tvd.max(), "trials": len(tvd)})
+    direct = finished["tvd_direct"].dropna() if "tvd_direct" in finished.columns else pd.Series(dtype=float)
+    if len(direct):
+        rows.append({"sampler": "direct from target (baseline)", "TVD": direct.median(), "max TVD": direct.max(),
+                     "trials": len(direct)})
+    return Table("exactness", "Exactness", pd.DataFrame(rows), {"TVD": ".4f", "max TVD": ".4f"},
+                 "TVD of the first generated char's histogram to the exact target distribution, median over the "
+                 "trials that ran the check; the direct row is the sampling-noise baseline.")
