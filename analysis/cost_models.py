@@ -172,15 +172,18 @@ def model_errors(cells: pd.DataFrame) -> pd.DataFrame:
 
 
 def best_k(cells: pd.DataFrame) -> pd.DataFrame:
-    """Per draft: the k with the highest measured median speedup, and the k each model picks."""
+    """Per draft: the k with the highest measured median speedup, whether it is clear (its [min, max]
+    lies above every other k's), and the k each model picks."""
     rows = []
     for draft, g in cells.groupby("draft", sort=True):
         g = g.dropna(subset=["measured"])
         if g.empty:
             continue
         best = g.loc[g["measured"].idxmax()]
+        others = g[g["k"] != best["k"]]
+        clear = "" if others.empty else "yes" if (others["max"] < best["min"]).all() else "no"
         row = {"draft": draft, "measured best k": int(best["k"]), "measured": best["measured"],
-               "min": best["min"], "max": best["max"]}
+               "min": best["min"], "max": best["max"], "clear": clear}
         for m in MODELS:
             preds = g[f"pred_{m}"].dropna()
             row[f"{m} best k"] = int(g.loc[preds.idxmax(), "k"]) if len(preds) else pd.NA

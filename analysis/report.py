@@ -95,7 +95,8 @@ def summary(report: Report, uri: str, experiment: str) -> str:
     best = next((t.df for t in report.tables if t.name == "best_k"), None)
     if best is not None and not best.empty:
         lines += ["", "Recommended k (extended cost model; measured best in brackets): " + "; ".join(
-            f"{r['draft']}: {r['recommendation']} [measured {r['measured best k']}, {r['measured median']:.2f}x]"
+            f"{r['draft']}: {r['recommendation']} [measured {r['measured best k']}, {r['measured median']:.2f}x"
+            f"{', not clear of the other k' if r['clear'] == 'no' else ''}]"
             for _, r in best.iterrows()) + "."]
     return "\n".join(lines) + "\n"
 

@@ -178,8 +178,9 @@ def best_k_table(cells: pd.DataFrame) -> Table:
     df = df.rename(columns={"measured": "measured median", "held_out best k": "held-out best k",
                             "seed best k": "seed formula best k", "closed best k": "closed form best k"})
     return Table("best_k", "Best k per draft", df, {"measured median": ".2f", "min": ".2f", "max": ".2f"},
-                 "Measured best k: highest pooled median speedup among the measured k; model best k: highest "
-                 f"prediction over the same k. The recommendation follows the {MODELS['extended']} model.")
+                 "Measured best k: highest pooled median speedup among the measured k; clear: its min-max range "
+                 "lies above every other k's range; model best k: highest prediction over the same k. The "
+                 f"recommendation follows the {MODELS['extended']} model.")
 
 
 def exactness_table(finished: pd.DataFrame) -> Table | None:

@@ -19,7 +19,7 @@ from mlflow.tracking import MlflowClient
 import analysis_fixtures as fx
 from analysis import report as report_cli
 from analysis.aggregate import pooled_speedup, trial_status
-from analysis.cost_models import fit_extended
+from analysis.cost_models import MODELS, best_k, fit_extended
 from analysis.export import latex, markdown
 from analysis.load import connect, load_sweep
 from analysis.report import build_report, write_outputs
@@ -257,9 +257,22 @@ def test_best_k_from_the_model_matches_the_measured_best_k(report):
         assert best.loc[draft, "extended best k"] == k
         assert best.loc[draft, "held-out best k"] == k
         assert best.loc[draft, "model agrees"] == "yes"
+    assert (best["clear"] == "yes").all()
     assert best.loc["bigram", "seed formula best k"] == 4  # fooled by the missing overheads
     assert best.loc["bigram", "recommendation"] == "k = 2"
     assert best.loc["int8", "recommendation"].startswith("do not speculate")
+
+
+def test_best_k_is_not_clear_when_ranges_overlap():
+    cells = pd.DataFrame({"draft": ["d", "d", "d"], "k": [1, 2, 4], "measured": [1.10, 1.12, 0.90],
+                          "min": [1.00, 1.05, 0.85], "max": [1.20, 1.18, 0.95]})
+    for m in MODELS:
+        cells[f"pred_{m}"] = [1.0, 0.9, 1.1]
+    best = best_k(cells).iloc[0]
+    assert best["measured best k"] == 2 and best["clear"] == "no"  # k=1 reaches 1.20 > 1.05
+    assert best["seed best k"] == 4
+    cells.loc[0, "max"] = 1.04
+    assert best_k(cells).iloc[0]["clear"] == "yes"
 
 
 def test_a_missing_metric_drops_its_tables_not_the_report(data):
@@ -298,7 +311,7 @@ def test_report_writes_every_table_and_figure_and_logs_them(planted, tmp_path, c
     stdout = capsys.readouterr().out
     assert stdout.startswith(f"# Sweep paper ({fx.SWEEP_ID})")
     assert "32 finished, 3 failed, 4 missing" in stdout
-    assert "| bigram | 2 | 1.23 | 1.21 | 1.26 | 4 | 4 | 2 | 2 | yes | k = 2 |" in stdout
+    assert "| bigram | 2 | 1.23 | 1.21 | 1.26 | yes | 4 | 4 | 2 | 2 | yes | k = 2 |" in stdout
     names = ["status", "acceptance", "acceptance_by_position", "speedup", "cost", "cost_by_k",
              "predicted_vs_measured", "model_errors", "extended_fit", "best_k", "exactness"]
     for name in names:
