@@ -42,18 +42,25 @@ def plan_jobs(config: DictConfig) -> list[PlannedJob]:
     """Compose and validate every job's config; the first bad one raises SpecsweepError."""
     from .trial import validate
     loader = GlobalHydra.instance().config_loader()
+    all_overrides = job_overrides(config)
+    values: dict[str, set] = {}
+    for overrides in all_overrides:
+        for o in overrides:
+            values.setdefault(o.split("=", 1)[0], set()).add(o)
+    swept = {key for key, seen in values.items() if len(seen) > 1}
     jobs = []
-    for num, overrides in enumerate(job_overrides(config)):
+    for num, overrides in enumerate(all_overrides):
+        label = " ".join(o for o in overrides if o.split("=", 1)[0] in swept)  # what tells this trial apart
         try:
             cfg = loader.load_sweep_config(config, overrides)
         except Exception as e:
-            raise SpecsweepError(f"trial #{num} ({' '.join(overrides)}): {str(e).splitlines()[0]}") from None
+            raise SpecsweepError(f"trial #{num} ({label}): {str(e).splitlines()[0]}") from None
         with_hydra = cfg
         cfg = OmegaConf.masked_copy(with_hydra, [k for k in with_hydra if k != "hydra"])
         try:
             validate(cfg)
         except SpecsweepError as e:
-            raise SpecsweepError(f"trial #{num} ({' '.join(overrides)}): {e}") from None
+            raise SpecsweepError(f"trial #{num} ({label}): {e}") from None
         jobs.append(PlannedJob(num, list(overrides), cfg, config_hash(cfg)))
     return jobs
 

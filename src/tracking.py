@@ -74,9 +74,14 @@ def check_server(uri: str, timeout: float = 3.0) -> None:
     raise SpecsweepError(f"tracking server {uri} is not reachable ({problem})")
 
 
-def client_for(uri: str):
-    """A client on the store, failing fast with one line when the store is unusable."""
-    from mlflow.tracking import MlflowClient
+def _head(path: Path, n: int = 16) -> bytes:
+    with open(path, "rb") as f:
+        return f.read(n)
+
+
+def check_store(uri: str) -> None:
+    """Fail fast, with one line, on a store that cannot work: an unreachable server, a SQLite
+    file that cannot be created or written, or one that is not a database."""
     if uri.startswith(("http://", "https://")):
         # bounded retries: a server that goes away mid-sweep fails the trial, not hangs it
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
@@ -90,8 +95,14 @@ def client_for(uri: str):
             raise SpecsweepError(f"cannot create the tracking store folder {db.parent}: {e.strerror}") from None
         if not os.access(db.parent, os.W_OK) or (db.exists() and not os.access(db, os.W_OK)):
             raise SpecsweepError(f"the tracking store {db} is not writable")
-        if db.exists() and db.stat().st_size > 0 and not db.read_bytes()[:16].startswith(b"SQLite format 3"):
+        if db.exists() and db.stat().st_size > 0 and not _head(db).startswith(b"SQLite format 3"):
             raise SpecsweepError(f"the tracking store {db} is not an SQLite database (corrupt?)")
+
+
+def client_for(uri: str):
+    """A client on a store that passed `check_store`."""
+    from mlflow.tracking import MlflowClient
+    check_store(uri)
     return MlflowClient(tracking_uri=uri)
 
 
@@ -100,6 +111,7 @@ def setup_experiment(uri: str, name: str) -> str:
 
     Parallel workers on a fresh SQLite store otherwise race on schema migration and on
     experiment creation (hydraflow #245, mlflow #4123)."""
+    check_store(uri)
     with store_lock(uri):
         client = client_for(uri)
         try:

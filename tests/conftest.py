@@ -3,6 +3,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import subprocess
+import sys
+
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
@@ -56,3 +59,43 @@ def drafts(tiny):
 @pytest.fixture
 def gen():
     return torch.Generator().manual_seed(1234)
+
+
+REPO = Path(__file__).resolve().parent.parent
+COUNTERS = ["acceptance", "position_acceptance", "analytic_acceptance", "chars_per_pass", "target_passes",
+            "proposed", "accepted", "acceptance_pos_1"]
+
+
+def smoke_cmd(store: Path, n_jobs: int, *extra: str) -> list[str]:
+    """The smoke sweep into a store folder of its own (store, sweep folder, model cache)."""
+    return [sys.executable, "-m", "src.run", "--config-dir", "sweeps", "--config-name", "smoke",
+            f"tracking.uri=sqlite:///{store}/mlflow.db", f"hydra.sweep.dir={store}/sweep",
+            f"hydra.launcher.n_jobs={n_jobs}", f"data.cache_dir={store.parent}/cache", *extra]
+
+
+def runs_of(uri: str):
+    from mlflow.tracking import MlflowClient
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("specsweep")
+    return client, (client.search_runs([exp.experiment_id], max_results=1000) if exp else [])
+
+
+def trial_counters(uri: str) -> dict:
+    """(draft, k) -> the deterministic counters of its FINISHED trial."""
+    _, runs = runs_of(uri)
+    return {(r.data.params["draft"], r.data.params["k"]): {c: r.data.metrics[c] for c in COUNTERS}
+            for r in runs if r.data.tags.get("specsweep.kind") == "trial" and r.info.status == "FINISHED"}
+
+
+@pytest.fixture(scope="session")
+def smoke_stores(tmp_path_factory):
+    """The smoke sweep run twice, with n_jobs=2 and n_jobs=1, each into a fresh store:
+    n_jobs -> (tracking uri, output)."""
+    out = {}
+    for n_jobs in (2, 1):
+        store = tmp_path_factory.mktemp(f"smoke{n_jobs}") / "store"
+        store.mkdir()
+        proc = subprocess.run(smoke_cmd(store, n_jobs), cwd=REPO, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        out[n_jobs] = (f"sqlite:///{store}/mlflow.db", proc.stdout + proc.stderr)
+    return out

@@ -1,13 +1,12 @@
-"""Configs compose; a real multirun of `smoke` lands in a fresh store; parallel writers do not race."""
+"""Configs compose; a real multirun of `smoke` lands in a fresh store, counters equal across n_jobs."""
 from __future__ import annotations
 
-import multiprocessing as mp
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
+
+from tests.conftest import runs_of, trial_counters
 
 REPO = Path(__file__).resolve().parent.parent
 CONF, SWEEPS = REPO / "conf", REPO / "sweeps"
@@ -17,8 +16,6 @@ REQUIRED_PARAMS = ["draft", "k", "seed", "n_chars", "pairs", "temperature", "tar
 REQUIRED_METRICS = ["acceptance", "chars_per_pass", "target_passes", "c", "target_pass_us", "draft_char_us",
                     "verify_pass_us", "speedup_median", "speedup_min", "speedup_max", "predicted_speedup",
                     "acceptance_pos_1", "analytic_acceptance", "position_acceptance"]
-COUNTERS = ["acceptance", "position_acceptance", "analytic_acceptance", "chars_per_pass", "target_passes",
-            "proposed", "accepted", "acceptance_pos_1"]
 
 
 @pytest.mark.parametrize("group,option", GROUP_OPTIONS)
@@ -42,34 +39,6 @@ def test_sweep_files_cover_the_issue_grids():
     with initialize_config_dir(config_dir=str(SWEEPS), version_base="1.3"):
         paper = compose("paper", overrides=[f"hydra.searchpath=[file://{CONF}]"], return_hydra_config=True)
     assert dict(paper.hydra.sweeper.params) == {"draft": "bigram,int8,int4", "k": "1,2,4,8", "seed": "range(5)"}
-
-
-def run_smoke(tmp: Path, n_jobs: int, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "src.run", "--config-dir", "sweeps", "--config-name", "smoke",
-         f"tracking.uri=sqlite:///{tmp}/mlflow.db", f"hydra.sweep.dir={tmp}/sweep",
-         f"hydra.launcher.n_jobs={n_jobs}", f"data.cache_dir={tmp.parent}/cache", *extra],
-        cwd=REPO, capture_output=True, text=True, timeout=600)
-
-
-def runs_of(uri: str):
-    from mlflow.tracking import MlflowClient
-    client = MlflowClient(uri)
-    exp = client.get_experiment_by_name("specsweep")
-    return client, client.search_runs([exp.experiment_id], max_results=1000)
-
-
-@pytest.fixture(scope="module")
-def smoke_stores(tmp_path_factory):
-    """The smoke sweep run twice, with n_jobs=2 and n_jobs=1, each into its own fresh store."""
-    out = {}
-    for n_jobs in (2, 1):
-        tmp = tmp_path_factory.mktemp(f"smoke{n_jobs}") / "store"
-        tmp.mkdir()
-        proc = run_smoke(tmp, n_jobs)
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-        out[n_jobs] = (f"sqlite:///{tmp}/mlflow.db", proc.stdout + proc.stderr)
-    return out
 
 
 def test_smoke_multirun_logs_one_parent_and_finished_children(smoke_stores):
@@ -103,39 +72,4 @@ def test_smoke_multirun_logs_one_parent_and_finished_children(smoke_stores):
 
 
 def test_counters_identical_across_n_jobs(smoke_stores):
-    def counters(uri):
-        _, runs = runs_of(uri)
-        return {(r.data.params["draft"], r.data.params["k"]): {c: r.data.metrics[c] for c in COUNTERS}
-                for r in runs if r.data.tags.get("specsweep.kind") == "trial"}
-    assert counters(smoke_stores[1][0]) == counters(smoke_stores[2][0])
-
-
-def _writer(uri: str, barrier, queue) -> None:
-    """One process doing what a worker does first on a fresh store."""
-    try:
-        from src.tracking import client_for, setup_experiment
-        barrier.wait(timeout=60)
-        exp = setup_experiment(uri, "specsweep")
-        client = client_for(uri)
-        run = client.create_run(exp)
-        client.log_metric(run.info.run_id, "x", 1.0)
-        client.set_terminated(run.info.run_id, "FINISHED")
-        queue.put("ok")
-    except Exception as e:  # reported to the test, which fails on it
-        queue.put(f"{type(e).__name__}: {e}")
-
-
-def test_parallel_writers_on_a_fresh_store_do_not_race(tmp_path):
-    n = 8
-    uri = f"sqlite:///{tmp_path}/fresh/mlflow.db"
-    ctx = mp.get_context("spawn")
-    barrier, queue = ctx.Barrier(n), ctx.Queue()
-    procs = [ctx.Process(target=_writer, args=(uri, barrier, queue)) for _ in range(n)]
-    for p in procs:
-        p.start()
-    results = [queue.get(timeout=180) for _ in range(n)]
-    for p in procs:
-        p.join(timeout=60)
-    assert results == ["ok"] * n
-    _, runs = runs_of(uri)
-    assert len(runs) == n and all(r.info.status == "FINISHED" for r in runs)
+    assert trial_counters(smoke_stores[1][0]) == trial_counters(smoke_stores[2][0])
