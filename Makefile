@@ -6,7 +6,7 @@ ARGS   ?=
 SWEEP  ?= paper
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run sweep ui test bench bench-sweep clean-outputs
+.PHONY: help setup run sweep ui analyze test bench bench-sweep clean-outputs
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -27,6 +27,9 @@ sweep: $(VENV)/.installed ## run a named sweep from sweeps/ (SWEEP=paper|smoke|e
 
 ui: $(VENV)/.installed ## serve the MLflow UI for the local store on http://127.0.0.1:5000
 	$(PY) -m mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlruns/mlflow.db --host 127.0.0.1 --port 5000
+
+analyze: $(VENV)/.installed ## tables, cost models and figures of the latest sweep (ARGS="--sweep-id ID")
+	$(PY) -m analysis.report $(ARGS)
 
 test: $(VENV)/.installed ## run the test suite (CPU, a tiny model trained in seconds)
 	$(PY) -m pytest -q tests

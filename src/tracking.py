@@ -36,10 +36,11 @@ KIND_TAG = "specsweep.kind"  # sweep | trial | target
 
 
 def tracking_uri(cfg: DictConfig | None = None) -> str:
-    if os.environ.get("MLFLOW_TRACKING_URI"):
-        return os.environ["MLFLOW_TRACKING_URI"]
+    """tracking.uri if set, else MLFLOW_TRACKING_URI, else the SQLite store in mlruns/."""
     if cfg is not None and cfg.tracking.get("uri"):
         return str(cfg.tracking.uri)
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        return os.environ["MLFLOW_TRACKING_URI"]
     return f"sqlite:///{MLRUNS / 'mlflow.db'}"
 
 

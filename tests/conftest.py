@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import os
 import subprocess
 import sys
 
@@ -21,6 +22,20 @@ def compose_cfg(corpus_path, cache_dir, *overrides: str):
         return compose("config", overrides=[
             "model=tiny", "train=quick", f"data.path={corpus_path}", f"data.cache_dir={cache_dir}",
             f"prompt='{PROMPT}'", "n_chars=64", "timing.pairs=1", "timing.cost_reps=2", *overrides])
+
+
+@pytest.fixture(scope="session", autouse=True)
+def isolated_tracking_store(tmp_path_factory):
+    """No test writes into the repository's own mlruns/: the default store becomes a temporary
+    one (subprocesses inherit it). Tests that name tracking.uri still use their own."""
+    store = tmp_path_factory.mktemp("default_store")
+    old = os.environ.get("MLFLOW_TRACKING_URI")
+    os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{store}/mlflow.db"
+    yield
+    if old is None:
+        os.environ.pop("MLFLOW_TRACKING_URI", None)
+    else:
+        os.environ["MLFLOW_TRACKING_URI"] = old
 
 
 @pytest.fixture(scope="session")
