@@ -10,19 +10,35 @@ b. closed form  (1 - a^(k+1)) / ((1 - a) (1 + k c))               (Leviathan et 
    Both count only target passes and draft time, and price a verify pass like a 1-char pass.
 c. extended     time of one generation
                     baseline     T_B = n (t1 + o_base)
-                    speculative  T_S = P (tv(k) + o_pass) + D (td + o_char)
+                    speculative  T_S = P (tv(k) + o_pass) + D td (1 + gamma)
                     tv(k) = t1 (1 + b k)
                 predicted speedup = T_B / T_S.
-   Four parameters, each from a linear least-squares fit across trials:
-                    b               tv / t1 - 1 = b k                        (measured verify passes)
-                    o_base          T_B - n t1 = n o_base                    (measured baseline medians)
-                    o_pass, o_char  T_S - P tv(k) - D td = P o_pass + D o_char  (speculative medians)
+   Four parameters, shared by all drafts, each from a linear least-squares fit across trials:
+                    b               tv / t1 - 1 = b k                          (measured verify passes)
+                    o_base          T_B - n t1 = n o_base                      (measured baseline medians)
+                    o_pass, gamma   T_S - P tv(k) - D td = P o_pass + D td gamma  (speculative medians)
    The time equations are divided by the measured time (relative residuals): each trial then
-   weighs by its percentage error, the measure the models are judged by. o_pass + k o_char is
-   the trial's logged overhead_us_per_pass, up to the verify model. o_pass and o_char can be
-   told apart only if the trials span at least two values of k.
+   weighs by its percentage error, the measure the models are judged by. o_pass + gamma k td
+   is the trial's logged overhead_us_per_pass, up to the verify model.
+   gamma: a drafted char costs more inside the loop than td, the draft's time measured alone
+   (a k-char proposal timed over and over near the prompt). Likely causes, both scaling with the
+   draft's own work: between two proposals the target's verify pass runs and evicts the draft's
+   weights from the caches, and in the loop the draft attends over a growing context. So the
+   excess is a fraction gamma of td per drafted char: a bigram table (td ~ 1 us) pays next to
+   nothing, a target-sized draft pays in proportion. The sweeps show this pattern: the bigram
+   draft's overhead per pass stays flat in k, a quantized draft's grows with k.
+   No constant per-char term sits beside gamma td: on the sweeps it is ~0 where it can be told
+   apart (the bigram draft's overhead does not grow with k), and among drafts of about the same
+   td (the quantized drafts, which are all that is left when the bigram draft is held out) it
+   cannot be told apart from gamma td, so a fit with both is arbitrary there. o_pass and gamma
+   are told apart by trials at two or more k (columns P and D td = k P td) or by drafts of
+   different td.
    Validated leave-one-draft-out: the parameters are fitted on the other drafts' trials and
    predict the held-out draft's trials from that draft's own counters and component times.
+   Least squares is not robust: one trial whose component times were mis-measured (say a
+   draft time far from its cell's other seeds) leaves a large residual and can pull o_pass
+   and gamma far off, most of all in a leave-one-draft-out fit on two drafts; the fit table's
+   'without X' columns show how far the parameters move between folds.
 
 Every model predicts each trial from the trial's own inputs; a cell's prediction is the median
 over its seeds, compared with the cell's pooled median speedup by the absolute percentage
@@ -67,7 +83,7 @@ def closed_form(t: pd.DataFrame) -> pd.Series:
 class Extended:
     b: float        # verify pass cost per extra drafted position, in units of t1
     o_pass: float   # us per speculative pass beyond the verify pass
-    o_char: float   # us per drafted char beyond the draft's own time
+    gamma: float    # in-loop excess of a drafted char, as a fraction of the draft's own time td
     o_base: float   # us per baseline pass beyond the target pass
     trials: int     # trials the parameters were fitted on
 
@@ -76,7 +92,7 @@ class Extended:
         t1 = t["target_pass_us"]
         baseline = t["baseline_passes"] * (t1 + self.o_base)
         speculative = (t["target_passes"] * (t1 * (1 + self.b * t["k"]) + self.o_pass)
-                       + t["proposed"] * (t["draft_char_us"] + self.o_char))
+                       + t["proposed"] * t["draft_char_us"] * (1 + self.gamma))
         return baseline, speculative
 
     def predict(self, t: pd.DataFrame) -> pd.Series:
@@ -100,10 +116,11 @@ def fit_extended(t: pd.DataFrame) -> Extended:
 
     t_spec = t["speculative_s_median"].to_numpy(float) * 1e6
     left = t_spec - passes * t1 * (1 + b * k) - drafted * td
-    (o_pass, o_char), rank = _lstsq(np.column_stack([passes, drafted]) / t_spec[:, None], left / t_spec)
+    (o_pass, gamma), rank = _lstsq(np.column_stack([passes, drafted * td]) / t_spec[:, None], left / t_spec)
     if rank < 2:
-        log.warning("the fitted trials span one k only: per-pass and per-char overhead cannot be told apart")
-    return Extended(float(b), float(o_pass), float(o_char), float(o_base), len(t))
+        log.warning("the fitted trials span one k and one draft time: the per-pass overhead and the draft's "
+                    "in-loop excess cannot be told apart")
+    return Extended(float(b), float(o_pass), float(gamma), float(o_base), len(t))
 
 
 def has_inputs(t: pd.DataFrame, model: str, inputs: list[str]) -> bool:

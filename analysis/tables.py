@@ -145,7 +145,7 @@ def fit_table(results: ModelResults) -> Table | None:
     if results.fit is None:
         return None
     meaning = {"b": "verify pass cost per drafted position (x t1)", "o_pass": "overhead per speculative pass, us",
-               "o_char": "overhead per drafted char, us", "o_base": "overhead per baseline pass, us",
+               "gamma": "in-loop excess per drafted char (x td)", "o_base": "overhead per baseline pass, us",
                "trials": "trials fitted on"}
     df = pd.DataFrame({"parameter": list(meaning), "meaning": list(meaning.values())})
     df["all drafts"] = [getattr(results.fit, p) for p in meaning]
@@ -153,8 +153,9 @@ def fit_table(results: ModelResults) -> Table | None:
         df[f"without {draft}"] = [getattr(fit, p) for p in meaning]
     formats = {c: ".4g" for c in df.columns[2:]}
     return Table("extended_fit", "Extended cost model: fitted parameters", df, formats,
-                 "T_B = n (t1 + o_base); T_S = P (t1 (1 + b k) + o_pass) + D (td + o_char); least squares on "
-                 "relative residuals. 'without X': fitted leaving draft X out (used for its held-out predictions).")
+                 "T_B = n (t1 + o_base); T_S = P (t1 (1 + b k) + o_pass) + D td (1 + gamma); least squares on "
+                 "relative residuals, parameters shared by all drafts. 'without X': fitted leaving draft X out "
+                 "(used for its held-out predictions).")
 
 
 def recommendation(best: pd.Series, predicted: float) -> str:
