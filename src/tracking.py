@@ -208,19 +208,18 @@ def pairs_csv(timing) -> str:
 
 def log_trial_result(client, run_id: str, cfg: DictConfig, result) -> None:
     """Metrics (with per-pair histories), and the artifacts: pairs.csv, config.yaml, sample.txt."""
-    from mlflow.entities import Metric
     import time
+
+    from mlflow.entities import Metric, RunTag
     now = int(time.time() * 1000)
     metrics = [Metric(key, float(v), now, 0) for key, v in result.metrics.items()]
     t = result.timing
     for i, (b, s) in enumerate(zip(t.baseline_s, t.speculative_s)):
         metrics += [Metric("speedup_pair", b / s, now, i), Metric("baseline_s", b, now, i),
                     Metric("speculative_s", s, now, i)]
-    for start in range(0, len(metrics), 1000):
-        client.log_batch(run_id, metrics=metrics[start:start + 1000])
-    info_tags = {f"info.{key}": str(v) for key, v in result.info.items()}
-    for key, v in info_tags.items():
-        client.set_tag(run_id, key, v)
+    tags = [RunTag(f"info.{key}", str(v)) for key, v in result.info.items()]
+    for start in range(0, len(metrics), 1000):  # few large transactions: SQLite commits are the cost
+        client.log_batch(run_id, metrics=metrics[start:start + 1000], tags=tags if start == 0 else [])
     with tempfile.TemporaryDirectory() as tmp:
         Path(tmp, "pairs.csv").write_text(pairs_csv(t))
         Path(tmp, "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
