@@ -3,7 +3,8 @@
 on_multirun_start: plan the sweep (src/plan.py: validate every job, train each target once,
 find the cells already done); set up the store and the experiment once, before any worker
 starts; open the sweep's parent run (or reopen it, when the same sweep is run again); write
-`sweep.json` into the sweep folder for the workers; start the progress reporter. on_multirun_end: close the parent run with a summary. Hydra skips
+`sweep.json` into the sweep folder for the workers (they report progress as they finish).
+on_multirun_end: close the parent run with a summary. Hydra skips
 on_multirun_end when a job raised, so the parent run is also closed by an atexit hook.
 """
 from __future__ import annotations
@@ -13,7 +14,6 @@ import shutil
 import json
 import logging
 import os
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -45,42 +45,27 @@ def mark_done(sweep_dir: str | Path, job_num: int, ok: bool) -> None:
     (folder / f"{job_num}.{'ok' if ok else 'failed'}").touch()
 
 
-class Progress(threading.Thread):
-    """Logs 'trials done / total, ETA' whenever a worker finishes a trial."""
+def progress_counts(sweep_dir: str | Path) -> tuple[int, int]:
+    """(finished, failed) trials of this sweep run so far, from the workers' marker files."""
+    folder = Path(sweep_dir) / PROGRESS_DIR
+    names = [p.suffix for p in folder.glob("*")] if folder.is_dir() else []
+    return names.count(".ok"), names.count(".failed")
 
-    def __init__(self, sweep_dir: Path, total: int, interval: float = 1.0):
-        super().__init__(daemon=True)
-        self.folder, self.total, self.interval = sweep_dir / PROGRESS_DIR, total, interval
-        self.stop_event = threading.Event()
-        self.t0 = time.monotonic()
-        self.seen = 0
 
-    def counts(self) -> tuple[int, int]:
-        names = [p.suffix for p in self.folder.glob("*")] if self.folder.is_dir() else []
-        return names.count(".ok"), names.count(".failed")
-
-    def run(self) -> None:
-        while not self.stop_event.wait(self.interval):
-            self.report()
-
-    def report(self) -> None:
-        ok, failed = self.counts()
-        done = ok + failed
-        if done == self.seen:
-            return
-        self.seen = done
-        elapsed = time.monotonic() - self.t0
-        eta = elapsed / done * (self.total - done)
-        log.info("progress: %d/%d trials done (%d failed), elapsed %s, ETA %s", done, self.total, failed,
-                 _hms(elapsed), _hms(eta))
-
-    def stop(self) -> None:
-        self.stop_event.set()
-        self.join(timeout=5)
-        self.report()
+def report_progress(sweep: dict) -> None:
+    """Logged by each job as it ends: 'trials done / total, ETA'. The workers report, so the
+    parent needs no thread (a thread holding a lock while a worker forks can deadlock the child)."""
+    ok, failed = progress_counts(sweep["sweep_dir"])
+    done, total = ok + failed, sweep["total"] - len(sweep.get("skip_jobs", []))
+    elapsed = time.time() - sweep["started"]
+    eta = elapsed / done * (total - done) if done else float("nan")
+    log.info("progress: %d/%d trials done (%d failed), elapsed %s, ETA %s", done, total, failed,
+             _hms(elapsed), _hms(eta))
 
 
 def _hms(seconds: float) -> str:
+    if seconds != seconds:  # NaN: nothing done yet
+        return "?"
     s = int(round(seconds))
     return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
 
@@ -89,11 +74,10 @@ class SweepTracking(Callback):
     def __init__(self) -> None:
         self.client = None
         self.parent_run_id = None
-        self.progress: Progress | None = None
         self.t0 = 0.0
 
     def __getstate__(self):
-        # Hydra pickles its callbacks to every joblib worker; the thread and the client stay here.
+        # Hydra pickles its callbacks to every joblib worker; the client stays here.
         return {}
 
     def __setstate__(self, state):
@@ -115,7 +99,8 @@ class SweepTracking(Callback):
             experiment_id = setup_experiment(uri, config.tracking.experiment)
         prepare_targets(jobs)                          # each distinct target trained once, all cores
         info = {"sweep_id": uuid.uuid4().hex[:12], "sweep_name": str(config.get("sweep_name") or "adhoc"),
-                "total": len(jobs), "n_jobs": n_jobs(config), "sweep_dir": str(sweep_dir.resolve()), "skip_jobs": []}
+                "total": len(jobs), "n_jobs": n_jobs(config), "sweep_dir": str(sweep_dir.resolve()), "skip_jobs": [],
+                "started": time.time(), "parent_pid": os.getpid()}
         if uri:
             self.client = client_for(uri)
             version = code_version()
@@ -143,14 +128,10 @@ class SweepTracking(Callback):
                  f", tracked in {uri}" if uri else "",
                  "" if config.resume else " (resume=false: rerunning every cell)")
         self.t0 = time.monotonic()
-        self.progress = Progress(sweep_dir, len(jobs) - skipped)
-        self.progress.start()
         self.info = info
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
-        if self.progress:
-            self.progress.stop()
-        ok, failed = self.progress.counts() if self.progress else (0, 0)
+        ok, failed = progress_counts(self.info["sweep_dir"])
         wall = time.monotonic() - self.t0
         skipped = len(self.info["skip_jobs"])
         last_summary.update({"total": self.info["total"], "finished": ok, "failed": failed, "skipped": skipped,

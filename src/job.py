@@ -24,7 +24,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from .atomic import write_text
-from .callbacks import PROGRESS_DIR, SWEEP_FILE, mark_done
+from .callbacks import PROGRESS_DIR, SWEEP_FILE, mark_done, report_progress
 from .errors import SpecsweepError
 from .tracking import (KIND_TAG, client_for, config_hash, code_version, ensure_target_run, environment_tags,
                        log_trial_result, setup_experiment, trial_params, tracking_uri)
@@ -77,9 +77,10 @@ class TrialRecord:
 
 
 def run_job(cfg: DictConfig) -> None:
-    """One trial. Alone: in this process. In a sweep: in a forked child process, so that a
-    trial that dies (SIGKILL, out of memory) takes neither its joblib worker nor the sweep
-    down; this worker then records the trial's run FAILED and the sweep goes on."""
+    """One trial. Alone, or in a sweep at n_jobs=1: in this process. In a sweep on joblib
+    workers: in a forked child of the worker, so that a trial that dies (SIGKILL, out of
+    memory) takes neither its worker nor the sweep down; the worker then records the
+    trial's run FAILED and the sweep goes on."""
     sweep = _sweep_info()
     if sweep is None:
         run_trial_job(cfg, None)
@@ -87,6 +88,11 @@ def run_job(cfg: DictConfig) -> None:
     num = HydraConfig.get().job.num
     if num in sweep.get("skip_jobs", []):
         log.info("trial #%d: an identical run already FINISHED, skipped", num)
+        return
+    if os.getpid() == sweep.get("parent_pid"):
+        # n_jobs=1: joblib runs the jobs in the main process, which holds the store's
+        # connections and torch's thread pool; a fork there is not safe, so run in-process
+        run_trial_job(cfg, sweep)
         return
     child = mp.get_context("fork").Process(target=run_trial_job, args=(cfg, sweep))
     child.start()
@@ -112,6 +118,7 @@ def record_death(sweep: dict, num: int, exitcode: int) -> None:
         except Exception as e:
             log.warning("could not mark run %s FAILED: %s", run_id, e)
     mark_done(sweep["sweep_dir"], num, ok=False)
+    report_progress(sweep)
 
 
 def run_trial_job(cfg: DictConfig, sweep: dict | None) -> dict | None:
@@ -161,4 +168,5 @@ def run_trial_job(cfg: DictConfig, sweep: dict | None) -> dict | None:
     finally:
         if sweep:
             mark_done(sweep["sweep_dir"], HydraConfig.get().job.num, ok)
+            report_progress(sweep)
     return None
