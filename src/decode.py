@@ -37,7 +37,7 @@ def check_fits(model: Transformer, prompt_len: int, n_chars: int, k: int = 0) ->
                          f"the model's context window of {model.cfg.block_size}")
 
 
-def _prefill(target: Transformer, prompt: list[int]) -> torch.Tensor:
+def prefill(target: Transformer, prompt: list[int]) -> torch.Tensor:
     """Cache the prompt except its last char; return the positions tensor (block_size,)."""
     if len(prompt) < 1:
         raise ValueError("the prompt must have at least one character")
@@ -60,7 +60,7 @@ def generate_baseline(target: Transformer, prompt, n_chars: int, temperature: fl
     seq = _ids(prompt)
     P = len(seq)
     check_fits(target, P, n_chars)
-    positions = _prefill(target, seq)
+    positions = prefill(target, seq)
     device = positions.device
     for L in range(P, P + n_chars):
         logits = target(torch.tensor([[seq[-1]]], device=device), positions[L - 1:L])  # (1, 1, V)
@@ -81,7 +81,7 @@ def generate_speculative(target: Transformer, draft: Draft, prompt, n_chars: int
     seq = _ids(prompt)
     P = len(seq)
     check_fits(target, P, n_chars, k)
-    positions = _prefill(target, seq)
+    positions = prefill(target, seq)
     device = positions.device
     draft.reset()
     g = Generation([], 0, accepted_at=[0] * k)

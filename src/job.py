@@ -122,7 +122,7 @@ def record_death(sweep: dict, num: int, exitcode: int) -> None:
 
 
 def run_trial_job(cfg: DictConfig, sweep: dict | None) -> dict | None:
-    from .report import trial_block
+    from .render import trial_block
     from .trial import load_target, run_trial, validate
     job_started = time.perf_counter()
     record = None

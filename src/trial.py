@@ -16,7 +16,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from .corpus import load_corpus
-from .decode import _prefill, generate_baseline, generate_speculative
+from .decode import prefill, generate_baseline, generate_speculative
 from .drafts.base import Draft
 from .errors import SpecsweepError
 from .sampling import probs_from_logits, sample, speculative_accept, tvd
@@ -91,7 +91,7 @@ def measure_cost(target, draft: Draft, prompt: list[int], k: int, temperature: f
     1-char target pass, one (k+1)-char verify pass, and the draft's time per drafted char
     (a whole k-char proposal, its Python loop included, divided by k)."""
     gen = torch.Generator(device=device).manual_seed(0)
-    positions = _prefill(target, prompt)
+    positions = prefill(target, prompt)
     P = len(prompt)
     one = torch.tensor([prompt[-1:]], device=device)          # (1, 1)
     many = torch.tensor([prompt[-1:] * (k + 1)], device=device)  # (1, k+1); the values do not matter
@@ -116,7 +116,7 @@ def exactness_check(target, draft: Draft, prompt: list[int], temperature: float,
     Only the first emitted char is read, so one drafted position suffices."""
     device = target.causal.device
     gen = torch.Generator(device=device).manual_seed(seed)
-    positions = _prefill(target, prompt)
+    positions = prefill(target, prompt)
     P = len(prompt)
     p = probs_from_logits(target(torch.tensor([prompt[-1:]], device=device), positions[P - 1:P])[0, -1],
                           temperature)                                                   # (V,)
