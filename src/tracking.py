@@ -58,7 +58,7 @@ def artifact_location(uri: str, experiment: str) -> str | None:
 
 
 def store_lock(uri: str) -> FileLock:
-    """A lock beside a SQLite store (for one-time set-up steps); a dummy-free lock in the temp dir otherwise."""
+    """A lock for one-time set-up steps: beside a SQLite store, or in the temp folder for a server URI."""
     db = _sqlite_path(uri)
     name = hashlib.sha256(uri.encode()).hexdigest()[:12]
     path = (db.parent / ".store.lock") if db else Path(tempfile.gettempdir()) / f"specsweep-{name}.lock"
