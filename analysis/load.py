@@ -19,10 +19,10 @@ import pandas as pd
 from mlflow.tracking import MlflowClient
 
 from src.errors import SpecsweepError
+from src.paths import MLRUNS, REPO
 
 log = logging.getLogger(__name__)
 
-REPO = Path(__file__).resolve().parent.parent
 DEFAULT_EXPERIMENT = "specsweep"
 FINISHED = "FINISHED"
 KEY = ["draft", "k", "seed"]   # one trial
@@ -55,7 +55,9 @@ class SweepData:
 
 
 def default_tracking_uri() -> str:
-    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{REPO / 'mlruns' / 'mlflow.db'}"
+    # the rule of src.tracking.tracking_uri without a config (importing src.tracking would set
+    # its SQLite pool option, which makes MLflow log an extra line on stderr)
+    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{MLRUNS / 'mlflow.db'}"
 
 
 def connect(uri: str) -> MlflowClient:

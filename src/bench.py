@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from .decode import generate_speculative
 from .errors import SpecsweepError
 from .quantize import quantized_copy
-from .run import CONF_DIR
+from .paths import CONF_DIR
 from .timing import timed
 from .train import evaluate
 

@@ -24,7 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from .paths import REPO
+
 COUNTERS = ["acceptance", "chars_per_pass", "target_passes", "accepted", "proposed", "analytic_acceptance"]
 
 

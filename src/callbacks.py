@@ -19,7 +19,7 @@ import uuid
 from pathlib import Path
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from .atomic import write_text
 from .errors import SpecsweepError

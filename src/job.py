@@ -26,7 +26,7 @@ from omegaconf import DictConfig
 from .atomic import write_text
 from .callbacks import PROGRESS_DIR, SWEEP_FILE, mark_done, report_progress
 from .errors import SpecsweepError
-from .tracking import (KIND_TAG, client_for, config_hash, code_version, ensure_target_run, environment_tags,
+from .tracking import (KIND_TAG, client_for, config_hash, ensure_target_run, environment_tags,
                        log_trial_result, setup_experiment, trial_params, tracking_uri)
 
 log = logging.getLogger(__name__)

@@ -16,9 +16,9 @@ import hydra
 from omegaconf import DictConfig
 
 from .errors import SpecsweepError
+from .paths import CONF_DIR
 
 log = logging.getLogger(__name__)
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 
 
 def check_group_choices(args: list[str]) -> None:

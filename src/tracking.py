@@ -27,13 +27,12 @@ from filelock import FileLock
 from omegaconf import DictConfig, OmegaConf
 
 from .errors import SpecsweepError
+from .paths import MLRUNS, REPO
 
 log = logging.getLogger(__name__)
-REPO = Path(__file__).resolve().parent.parent
 # No pooled SQLite connections: a trial process forked from a worker must not inherit open
 # connections of its parent, and short-lived connections suit many writer processes.
 os.environ.setdefault("MLFLOW_SQLALCHEMYSTORE_POOLCLASS", "NullPool")
-MLRUNS = REPO / "mlruns"
 
 KIND_TAG = "specsweep.kind"  # sweep | trial | target
 

@@ -19,6 +19,7 @@ from .corpus import load_corpus
 from .decode import prefill, generate_baseline, generate_speculative
 from .drafts.base import Draft
 from .errors import SpecsweepError
+from .paths import REPO
 from .sampling import probs_from_logits, sample, speculative_accept, tvd
 from .timing import PairedTiming, median_time, paired_timing
 from .train import TrainConfig, TrainedTarget, get_target
@@ -59,7 +60,7 @@ def validate(cfg: DictConfig) -> None:
 def repo_path(p: str | Path) -> Path:
     """Relative paths in the config are relative to the repository root, wherever the job runs."""
     p = Path(p)
-    return p if p.is_absolute() else Path(__file__).resolve().parent.parent / p
+    return p if p.is_absolute() else REPO / p
 
 
 def load_target(cfg: DictConfig, progress: bool = True):
