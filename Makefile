@@ -25,8 +25,8 @@ run: $(VENV)/.installed ## one trial on the defaults (draft=int8 k=4); more over
 sweep: $(VENV)/.installed ## run a named sweep from sweeps/ (SWEEP=paper|smoke|exactness, ARGS=overrides)
 	$(PY) -m src.run --config-dir sweeps --config-name $(SWEEP) $(ARGS)
 
-ui: $(VENV)/.installed ## serve the MLflow UI for the local store on http://127.0.0.1:5000
-	$(PY) -m mlflow ui --backend-store-uri sqlite:///$(CURDIR)/mlruns/mlflow.db --host 127.0.0.1 --port 5000
+ui: $(VENV)/.installed ## the MLflow UI on http://127.0.0.1:5000 for the store in use (MLFLOW_TRACKING_URI, else mlruns/)
+	$(PY) -m src.harness.store ui
 
 analyze: $(VENV)/.installed ## tables, cost models and figures of the latest sweep (ARGS="--sweep-id ID")
 	$(PY) -m analysis.report $(ARGS)
@@ -35,10 +35,10 @@ test: $(VENV)/.installed ## run the test suite (CPU, a tiny model trained in sec
 	$(PY) -m pytest -q tests
 
 bench: $(VENV)/.installed ## print the benchmark tables (loop overhead, quantized drafts)
-	$(PY) -m src.bench $(ARGS)
+	$(PY) -m src.harness.bench $(ARGS)
 
 bench-sweep: $(VENV)/.installed ## the paper sweep at n_jobs=1 and 2: timing agreement, harness overhead, wall ratio
-	$(PY) -m src.bench_sweep --sweep $(SWEEP) $(ARGS)
+	$(PY) -m src.harness.bench_sweep --sweep $(SWEEP) $(ARGS)
 
 clean-outputs: ## delete Hydra's per-run output folders (outputs/)
 	rm -rf outputs

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 from pandas.api.types import is_numeric_dtype
 
-from src.atomic import write_bytes, write_text
+from src.engine.atomic import write_bytes, write_text
 
 from .tables import Table
 

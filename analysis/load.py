@@ -9,7 +9,6 @@ are cast here, once. Per-pair speedup ratios come from the `speedup_pair` metric
 from __future__ import annotations
 
 import logging
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,12 +17,12 @@ import mlflow
 import pandas as pd
 from mlflow.tracking import MlflowClient
 
-from src.errors import SpecsweepError
-from src.paths import MLRUNS, REPO
+from src.engine.errors import SpecsweepError
+from src.harness.paths import REPO
+from src.harness.store import DEFAULT_EXPERIMENT, KIND_TAG, SWEEP, TRIAL, resolve_uri
 
 log = logging.getLogger(__name__)
 
-DEFAULT_EXPERIMENT = "specsweep"
 FINISHED = "FINISHED"
 KEY = ["draft", "k", "seed"]   # one trial
 CELL = ["draft", "k"]          # one table row: a trial aggregated across seeds
@@ -55,9 +54,7 @@ class SweepData:
 
 
 def default_tracking_uri() -> str:
-    # the rule of src.tracking.tracking_uri without a config (importing src.tracking would set
-    # its SQLite pool option, which makes MLflow log an extra line on stderr)
-    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{MLRUNS / 'mlflow.db'}"
+    return resolve_uri()
 
 
 def connect(uri: str) -> MlflowClient:
@@ -75,7 +72,7 @@ def find_sweep(experiment: str, sweep_id: str | None = None) -> Sweep:
     exp = mlflow.get_experiment_by_name(experiment)
     if exp is None:
         raise SpecsweepError(f"no experiment {experiment!r} in {mlflow.get_tracking_uri()}")
-    parents = mlflow.search_runs([exp.experiment_id], "tags.`specsweep.kind` = 'sweep'",
+    parents = mlflow.search_runs([exp.experiment_id], f"tags.`{KIND_TAG}` = '{SWEEP}'",
                                  order_by=["attributes.start_time DESC"])
     if parents.empty:
         raise SpecsweepError(f"no sweep in experiment {experiment!r}")
@@ -92,7 +89,7 @@ def find_sweep(experiment: str, sweep_id: str | None = None) -> Sweep:
 
 def search_trials(sweep: Sweep) -> pd.DataFrame:
     """Raw search_runs frame of the sweep's trial runs, every status."""
-    kind = "tags.`specsweep.kind` = 'trial'"
+    kind = f"tags.`{KIND_TAG}` = '{TRIAL}'"
     if re.fullmatch(r"[\w.:-]+", sweep.sweep_id):
         return mlflow.search_runs([sweep.experiment_id], f"{kind} and tags.sweep_id = '{sweep.sweep_id}'")
     # an id with quotes or spaces cannot go into a filter string safely: filter here instead

@@ -21,8 +21,8 @@ from pathlib import Path
 import pandas as pd
 from mlflow.exceptions import MlflowException
 
-from src.atomic import write_text
-from src.errors import SpecsweepError
+from src.engine.atomic import write_text
+from src.engine.errors import SpecsweepError
 
 from . import figures
 from .aggregate import pooled_speedup, trial_status

@@ -14,7 +14,7 @@ import pandas as pd
 from .aggregate import cell_medians
 from .cost_models import MODELS, ModelResults, best_k, model_errors
 
-SPREAD_WARN, SPREAD_BAD, CPU_WALL_LOW = 0.10, 0.25, 0.8  # thresholds of src/report.py's warnings
+SPREAD_WARN, SPREAD_BAD, CPU_WALL_LOW = 0.10, 0.25, 0.8  # thresholds of src/harness/render.py's warnings
 
 
 @dataclass

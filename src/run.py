@@ -15,8 +15,8 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from .errors import SpecsweepError
-from .paths import CONF_DIR
+from .engine.errors import SpecsweepError
+from .harness.paths import CONF_DIR
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ def check_group_choices(args: list[str]) -> None:
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig):
-    from .job import run_job
+    from .harness.job import run_job
     return run_job(cfg)
 
 
@@ -47,7 +47,7 @@ def cli() -> None:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
     main()
-    from .callbacks import last_summary
+    from .harness.callbacks import last_summary
     if last_summary.get("failed"):
         sys.exit(1)  # a sweep with failed trials: all others ran, and the failures are recorded
 

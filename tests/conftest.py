@@ -11,7 +11,7 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from src.corpus import synthetic_text
+from src.engine.corpus import synthetic_text
 
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 PROMPT = "the cat "
@@ -53,7 +53,7 @@ def cache_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tiny(corpus_path, cache_dir):
     """(cfg, corpus, TrainedTarget): trained once per test session (a few seconds)."""
-    from src.trial import load_target
+    from src.harness.trial import load_target
     cfg = compose_cfg(corpus_path, cache_dir)
     corpus, target = load_target(cfg, progress=False)
     return cfg, corpus, target
@@ -62,7 +62,7 @@ def tiny(corpus_path, cache_dir):
 @pytest.fixture(scope="session")
 def drafts(tiny):
     """name -> draft, for every draft config shipped in conf/draft/."""
-    from src.trial import build_draft
+    from src.harness.trial import build_draft
     cfg, corpus, target = tiny
     out = {}
     for name in sorted(p.stem for p in (Path(CONF_DIR) / "draft").glob("*.yaml")):

@@ -23,7 +23,7 @@ from analysis.cost_models import MODELS, best_k, fit_extended
 from analysis.export import latex, markdown
 from analysis.load import connect, load_sweep
 from analysis.report import build_report, write_outputs
-from src.errors import SpecsweepError
+from src.engine.errors import SpecsweepError
 
 REPO = Path(__file__).resolve().parent.parent
 CELLS = [(d, k) for d in sorted(fx.DRAFTS) for k in fx.K]

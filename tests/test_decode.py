@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
-from src.decode import generate_baseline, generate_speculative
-from src.drafts import ModelDraft
+from src.engine.decode import generate_baseline, generate_speculative
+from src.engine.drafts import ModelDraft
 
 
 @pytest.mark.parametrize("k", [1, 2, 4, 8])
@@ -69,7 +69,7 @@ def test_same_seed_same_chars_and_counters(tiny, drafts, name):
 
 def test_trial_counters_are_deterministic(tiny):
     from tests.conftest import compose_cfg
-    from src.trial import run_trial
+    from src.harness.trial import run_trial
     cfg, _, _ = tiny
     trial_cfg = compose_cfg(cfg.data.path, cfg.data.cache_dir, "draft=bigram", "k=2")
     r1, r2 = run_trial(trial_cfg, progress=False), run_trial(trial_cfg, progress=False)

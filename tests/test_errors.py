@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from src.corpus import load_corpus
-from src.errors import SpecsweepError
-from src.trial import run_trial, validate
+from src.engine.corpus import load_corpus
+from src.engine.errors import SpecsweepError
+from src.harness.trial import run_trial, validate
 from tests.conftest import compose_cfg
 
 REPO = Path(__file__).resolve().parent.parent

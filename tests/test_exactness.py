@@ -18,8 +18,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from src.drafts import BigramDraft
-from src.sampling import draw, probs_from_logits, residual_weights, speculative_accept, uniforms
+from src.engine.drafts import BigramDraft
+from src.engine.sampling import draw, probs_from_logits, residual_weights, speculative_accept, uniforms
 from tests.chisquare import varying_multinomial_test
 
 ALPHA = 1e-4

@@ -13,7 +13,7 @@ import urllib.request
 
 import pytest
 
-from src.atomic import atomic_path, write_text
+from src.engine.atomic import atomic_path, write_text
 from tests.conftest import REPO, runs_of, smoke_cmd, trial_counters
 
 
@@ -21,7 +21,7 @@ def _writer(uri: str, barrier, queue) -> None:
     """One process doing what a trial does with the store: set-up, a run, params, metrics."""
     try:
         from mlflow.entities import Metric, Param
-        from src.tracking import client_for, setup_experiment
+        from src.harness.tracking import client_for, setup_experiment
         barrier.wait(timeout=120)
         exp = setup_experiment(uri, "specsweep")
         client = client_for(uri)

@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from src.sampling import draw, probs_from_logits, residual_weights, sample, speculative_accept
+from src.engine.sampling import draw, probs_from_logits, residual_weights, sample, speculative_accept
 from tests.chisquare import varying_multinomial_test
 
 U_MAX = math.nextafter(1.0, 0.0)  # the largest uniform torch.rand(float64) can return

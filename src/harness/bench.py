@@ -1,7 +1,7 @@
 """Benchmarks that print tables (never asserted in tests): `make bench`.
 
-    python -m src.bench                      # both tables on the default model
-    python -m src.bench bench=overhead k=8   # any config override works as for src.run
+    python -m src.harness.bench                      # both tables on the default model
+    python -m src.harness.bench bench=overhead k=8   # any config override works as for src.run
 
 1. Loop overhead: the speculative loop's time per drafted char beyond the draft's own
    lookup and the verify passes, as a share of one target pass (floor: <= 5% for bigram).
@@ -20,18 +20,19 @@ import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from .decode import generate_speculative
-from .errors import SpecsweepError
-from .quantize import quantized_copy
+from ..engine.decode import generate_speculative
+from ..engine.measure import measure_cost
+from ..engine.errors import SpecsweepError
+from ..engine.quantize import quantized_copy
 from .paths import CONF_DIR
-from .timing import timed
-from .train import evaluate
+from ..engine.timing import timed
+from ..engine.train import evaluate
 
 log = logging.getLogger(__name__)
 
 
 def loop_overhead(cfg, target, corpus, draft_name: str, k: int, repeats: int) -> dict:
-    from .trial import build_draft, measure_cost
+    from .trial import build_draft
     draft = build_draft(cfg, target, corpus, OmegaConf.load(CONF_DIR / "draft" / f"{draft_name}.yaml"))
     model, T, n = target.model, cfg.temperature, cfg.n_chars
     prompt = target.tokenizer.encode(cfg.prompt).tolist()

@@ -11,8 +11,8 @@ Prints:
    load, tracking writes) as a share of the sweep's wall time: 1 - sum(trial time) / wall;
 3. the sweep's wall time at n_jobs=1 and n_jobs=2, as a ratio.
 
-    python -m src.bench_sweep --sweep paper
-    python -m src.bench_sweep --sweep paper --no-control hydra.sweeper.params.seed=0
+    python -m src.harness.bench_sweep --sweep paper
+    python -m src.harness.bench_sweep --sweep paper --no-control hydra.sweeper.params.seed=0
 """
 from __future__ import annotations
 

@@ -23,9 +23,9 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from .atomic import write_text
+from ..engine.atomic import write_text
 from .callbacks import PROGRESS_DIR, SWEEP_FILE, mark_done, report_progress
-from .errors import SpecsweepError
+from ..engine.errors import SpecsweepError
 from .tracking import (KIND_TAG, client_for, config_hash, ensure_target_run, environment_tags,
                        log_trial_result, setup_experiment, trial_params, tracking_uri)
 

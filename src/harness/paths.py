@@ -2,6 +2,5 @@
 working directory a job was started in."""
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parent.parent.parent
 CONF_DIR = REPO / "conf"
-MLRUNS = REPO / "mlruns"

@@ -16,7 +16,7 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
-from .errors import SpecsweepError
+from ..engine.errors import SpecsweepError
 from .tracking import KIND_TAG, config_hash
 
 log = logging.getLogger(__name__)

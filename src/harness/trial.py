@@ -15,14 +15,14 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from .corpus import load_corpus
-from .decode import prefill, generate_baseline, generate_speculative
-from .drafts.base import Draft
-from .errors import SpecsweepError
+from ..engine.corpus import load_corpus
+from ..engine.decode import generate_baseline, generate_speculative
+from ..engine.measure import exactness_check, measure_cost
+from ..engine.drafts.base import Draft
+from ..engine.errors import SpecsweepError
+from ..engine.timing import PairedTiming, paired_timing
+from ..engine.train import TrainConfig, TrainedTarget, get_target
 from .paths import REPO
-from .sampling import probs_from_logits, sample, speculative_accept, tvd
-from .timing import PairedTiming, median_time, paired_timing
-from .train import TrainConfig, TrainedTarget, get_target
 
 log = logging.getLogger(__name__)
 
@@ -84,54 +84,6 @@ def build_draft(cfg: DictConfig, target: TrainedTarget, corpus, draft_cfg: DictC
     except Exception as e:  # a draft config whose class or arguments do not fit
         cause = e.__cause__ or e
         raise SpecsweepError(f"cannot build draft {draft_cfg.get('name', '?')!r}: {cause}") from None
-
-
-@torch.no_grad()
-def measure_cost(target, draft: Draft, prompt: list[int], k: int, temperature: float, reps: int, device: str) -> dict:
-    """Component times in microseconds, each the median of 7 means over `reps` calls: one
-    1-char target pass, one (k+1)-char verify pass, and the draft's time per drafted char
-    (a whole k-char proposal, its Python loop included, divided by k)."""
-    gen = torch.Generator(device=device).manual_seed(0)
-    positions = prefill(target, prompt)
-    P = len(prompt)
-    one = torch.tensor([prompt[-1:]], device=device)          # (1, 1)
-    many = torch.tensor([prompt[-1:] * (k + 1)], device=device)  # (1, k+1); the values do not matter
-    target_pass = median_time(lambda: target(one, positions[P - 1:P]), reps, device=device)
-    verify_pass = median_time(lambda: target(many, positions[P - 1:P + k]), reps, device=device)
-    draft.reset()
-    draft.propose(prompt, k, temperature, gen)  # the draft's own prefill, untimed
-    seq = prompt + prompt[-1:]
-
-    def propose_k():
-        draft.rewind(P)
-        draft.propose(seq, k, temperature, gen)
-    draft_call = median_time(propose_k, max(1, reps // k), device=device)
-    return {"target_pass_us": target_pass * 1e6, "verify_pass_us": verify_pass * 1e6,
-            "draft_char_us": draft_call / k * 1e6, "c": draft_call / k / target_pass}
-
-
-@torch.no_grad()
-def exactness_check(target, draft: Draft, prompt: list[int], temperature: float, samples: int, seed: int) -> dict:
-    """The seed's check: the first char after `prompt`, `samples` times, by the speculative
-    rule and directly from the target; TVD of each histogram to the exact target distribution.
-    Only the first emitted char is read, so one drafted position suffices."""
-    device = target.causal.device
-    gen = torch.Generator(device=device).manual_seed(seed)
-    positions = prefill(target, prompt)
-    P = len(prompt)
-    p = probs_from_logits(target(torch.tensor([prompt[-1:]], device=device), positions[P - 1:P])[0, -1],
-                          temperature)                                                   # (V,)
-    q = draft.probs(torch.tensor([prompt], device=device), temperature)[0, -1]           # (V,)
-    V = p.numel()
-    p2, q1 = torch.stack([p, p]), q.unsqueeze(0)  # (2, V), (1, V): k = 1; p2[1] is never read for the first char
-    first = []
-    for _ in range(samples):
-        d1 = sample(q, gen)
-        n, nxt = speculative_accept(p2, q1, [d1], gen)
-        first.append(d1 if n == 1 else nxt)
-    direct = torch.multinomial(p, samples, replacement=True, generator=gen)  # the reference sampler
-    return {"tvd_speculative": tvd(torch.bincount(torch.tensor(first), minlength=V), p),
-            "tvd_direct": tvd(torch.bincount(direct, minlength=V), p)}
 
 
 def run_trial(cfg: DictConfig, progress: bool = True, loaded=None, timing_lock=None) -> TrialResult:

@@ -1,6 +1,6 @@
 """The sweep-level side of tracking, as a Hydra callback (runs in the parent process).
 
-on_multirun_start: plan the sweep (src/plan.py: validate every job, train each target once,
+on_multirun_start: plan the sweep (src/harness/plan.py: validate every job, train each target once,
 find the cells already done); set up the store and the experiment once, before any worker
 starts; open the sweep's parent run (or reopen it, when the same sweep is run again); write
 `sweep.json` into the sweep folder for the workers (they report progress as they finish).
@@ -21,8 +21,8 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from .atomic import write_text
-from .errors import SpecsweepError
+from ..engine.atomic import write_text
+from ..engine.errors import SpecsweepError
 from .plan import finished_jobs, plan_jobs, prepare_targets, previous_parent, sweep_signature
 from .tracking import KIND_TAG, client_for, code_version, environment_tags, setup_experiment, tracking_uri
 

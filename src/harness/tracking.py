@@ -26,39 +26,31 @@ import yaml
 from filelock import FileLock
 from omegaconf import DictConfig, OmegaConf
 
-from .errors import SpecsweepError
-from .paths import MLRUNS, REPO
+from ..engine.errors import SpecsweepError
+from .paths import REPO
+from .store import KIND_TAG, is_server, resolve_uri, sqlite_path
 
 log = logging.getLogger(__name__)
 # No pooled SQLite connections: a trial process forked from a worker must not inherit open
 # connections of its parent, and short-lived connections suit many writer processes.
 os.environ.setdefault("MLFLOW_SQLALCHEMYSTORE_POOLCLASS", "NullPool")
 
-KIND_TAG = "specsweep.kind"  # sweep | trial | target
 
 
 def tracking_uri(cfg: DictConfig | None = None) -> str:
-    """tracking.uri if set, else MLFLOW_TRACKING_URI, else the SQLite store in mlruns/."""
-    if cfg is not None and cfg.tracking.get("uri"):
-        return str(cfg.tracking.uri)
-    if os.environ.get("MLFLOW_TRACKING_URI"):
-        return os.environ["MLFLOW_TRACKING_URI"]
-    return f"sqlite:///{MLRUNS / 'mlflow.db'}"
-
-
-def _sqlite_path(uri: str) -> Path | None:
-    return Path(uri[len("sqlite:///"):]) if uri.startswith("sqlite:///") else None
+    """The store of a config, by the rules of src/harness/store.py."""
+    return resolve_uri(str(cfg.tracking.uri) if cfg is not None and cfg.tracking.get("uri") else None)
 
 
 def artifact_location(uri: str, experiment: str) -> str | None:
     """Artifacts beside a SQLite store; a server decides its own (None)."""
-    db = _sqlite_path(uri)
+    db = sqlite_path(uri)
     return (db.parent / "artifacts" / experiment).as_uri() if db else None
 
 
 def store_lock(uri: str) -> FileLock:
     """A lock for one-time set-up steps: beside a SQLite store, or in the temp folder for a server URI."""
-    db = _sqlite_path(uri)
+    db = sqlite_path(uri)
     name = hashlib.sha256(uri.encode()).hexdigest()[:12]
     path = (db.parent / ".store.lock") if db else Path(tempfile.gettempdir()) / f"specsweep-{name}.lock"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -85,12 +77,12 @@ def _head(path: Path, n: int = 16) -> bytes:
 def check_store(uri: str) -> None:
     """Fail fast, with one line, on a store that cannot work: an unreachable server, a SQLite
     file that cannot be created or written, or one that is not a database."""
-    if uri.startswith(("http://", "https://")):
+    if is_server(uri):
         # bounded retries: a server that goes away mid-sweep fails the trial, not hangs it
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
         check_server(uri)
-    db = _sqlite_path(uri)
+    db = sqlite_path(uri)
     if db is not None:
         try:
             db.parent.mkdir(parents=True, exist_ok=True)
