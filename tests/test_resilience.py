@@ -1,7 +1,6 @@
 """A sweep that survives: parallel writers, a killed trial, resume, bad input, atomic files."""
 from __future__ import annotations
 
-import json
 import multiprocessing as mp
 import os
 import signal
@@ -84,17 +83,27 @@ def test_eight_writers_through_a_local_tracking_server(tmp_path):
         server.wait(timeout=30)
 
 
+def running_trial(uri: str, proc, job_num: str, timeout: float = 300) -> dict:
+    """{"pid", "run_id"} of the sweep's job `job_num` once its run is RUNNING on the server."""
+    from mlflow.tracking import MlflowClient
+    deadline = time.time() + timeout
+    while True:
+        assert proc.poll() is None and time.time() < deadline, f"trial #{job_num} never started"
+        client = MlflowClient(uri)
+        exp = client.get_experiment_by_name("specsweep") if os.path.exists(uri.removeprefix("sqlite:///")) else None
+        runs = client.search_runs([exp.experiment_id], f"tags.job_num = '{job_num}' and attributes.status = "
+                                  "'RUNNING'") if exp else []
+        if runs:
+            return {"pid": int(runs[0].data.tags["pid"]), "run_id": runs[0].info.run_id}
+        time.sleep(0.05)
+
+
 def test_killed_trial_fails_alone_and_the_rerun_resumes(tmp_path, smoke_stores):
     store = tmp_path / "store"
     store.mkdir()
     cmd = smoke_cmd(store, 2, "timing.pairs=15")
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    run_file = store / "sweep" / ".progress" / "0.run"   # written once trial #0's run exists
-    deadline = time.time() + 300
-    while not run_file.exists():
-        assert proc.poll() is None and time.time() < deadline, "trial #0 never started"
-        time.sleep(0.02)
-    victim = json.loads(run_file.read_text())
+    victim = running_trial(f"sqlite:///{store}/mlflow.db", proc, job_num="0")  # found on the server
     os.kill(victim["pid"], signal.SIGKILL)                # the trial's process, mid-run
     out, _ = proc.communicate(timeout=600)
     assert proc.returncode == 1, out[-3000:]              # the sweep ran to its end, then reported the failure

@@ -10,7 +10,9 @@ import hashlib
 import json
 import logging
 import math
+import os
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -120,7 +122,7 @@ def train(model: Transformer, train_ids, val_ids, cfg: TrainConfig, seed: int, p
     return model
 
 
-def _file_sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -132,7 +134,7 @@ def save_checkpoint(path: Path, payload: dict) -> None:
     """Checkpoint and its sha256 sidecar, each written atomically (sidecar last)."""
     with atomic_path(path) as tmp:
         torch.save(payload, tmp)
-        digest = _file_sha256(tmp)
+        digest = file_sha256(tmp)
     write_text(path.with_name(path.name + ".sha256"), digest + "\n")
 
 
@@ -140,7 +142,7 @@ def load_checkpoint(path: Path) -> dict:
     sidecar = path.with_name(path.name + ".sha256")
     if not sidecar.is_file():
         raise SpecsweepError(f"checkpoint {path} has no checksum file; delete it to retrain")
-    if _file_sha256(path) != sidecar.read_text().strip():
+    if file_sha256(path) != sidecar.read_text().strip():
         raise SpecsweepError(f"checkpoint {path} fails its checksum (truncated or tampered); delete it to retrain")
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
@@ -155,16 +157,42 @@ def model_from_checkpoint(ckpt: dict) -> tuple[Transformer, CharTokenizer]:
     return model, CharTokenizer(ckpt["vocab"])
 
 
-def get_target(corpus, model_kwargs: dict, train_cfg: TrainConfig, seed: int, cache_dir: str | Path,
-               progress: bool = True) -> TrainedTarget:
-    """Load the cached target for this (corpus, config, seed), training it first if needed."""
+def _target_spec(corpus, model_kwargs: dict, train_cfg: TrainConfig, seed: int, cache_dir: str | Path):
     tok = CharTokenizer.from_text(corpus.text)
     mcfg = ModelConfig(vocab_size=tok.vocab_size, **model_kwargs)
     key = cache_key(corpus.sha256, asdict(mcfg), train_cfg, seed)
-    path = Path(cache_dir) / "models" / f"target-{key}.pt"
+    return tok, mcfg, key, Path(cache_dir) / "models" / f"target-{key}.pt"
+
+
+def target_location(corpus, model_kwargs: dict, train_cfg: TrainConfig, seed: int,
+                    cache_dir: str | Path) -> tuple[str, Path]:
+    """(cache key, checkpoint path) of the target for this (corpus, config, seed): no training."""
+    _, _, key, path = _target_spec(corpus, model_kwargs, train_cfg, seed, cache_dir)
+    return key, path
+
+
+@contextmanager
+def all_cores():
+    """Training runs on every core, whatever thread cap the caller's trials use."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(os.cpu_count() or 1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def get_target(corpus, model_kwargs: dict, train_cfg: TrainConfig, seed: int, cache_dir: str | Path,
+               progress: bool = True, train_if_missing: bool = True) -> TrainedTarget:
+    """Load the cached target for this (corpus, config, seed), training it first if needed (with
+    every core). train_if_missing=False refuses to train: a sweep's worker gets its target from
+    the tracking server instead, so the same key always means the same bytes."""
+    tok, mcfg, key, path = _target_spec(corpus, model_kwargs, train_cfg, seed, cache_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(path) + ".lock"):
         if not path.is_file():
+            if not train_if_missing:
+                raise SpecsweepError(f"target {key} is not in the cache {path.parent} and this process may not train it")
             train_text, val_text = corpus.split(train_cfg.val_fraction)
             train_ids, val_ids = tok.encode(train_text), tok.encode(val_text)
             if len(train_ids) <= mcfg.block_size + 1 or len(val_ids) <= mcfg.block_size + 1:
@@ -172,10 +200,12 @@ def get_target(corpus, model_kwargs: dict, train_cfg: TrainConfig, seed: int, ca
                                      f"{mcfg.block_size}; use a larger text or a smaller model.block_size")
             torch.manual_seed(seed)
             model = Transformer(mcfg)
-            log.info("training target %s (%d params) on %d chars", key, model.n_params(), len(train_ids))
+            log.info("training target %s (%d params) on %d chars, %d threads", key, model.n_params(),
+                     len(train_ids), os.cpu_count() or 1)
             t0 = time.perf_counter()
-            train(model, train_ids, val_ids, train_cfg, seed, progress)
-            val_loss = evaluate(model, val_ids, mcfg.block_size)
+            with all_cores():
+                train(model, train_ids, val_ids, train_cfg, seed, progress)
+                val_loss = evaluate(model, val_ids, mcfg.block_size)
             secs = time.perf_counter() - t0
             log.info("trained target %s in %.0f s: validation loss %.4f nats/char", key, secs, val_loss)
             save_checkpoint(path, {"model_config": asdict(mcfg), "state_dict": model.state_dict(),

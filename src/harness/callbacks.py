@@ -1,66 +1,68 @@
-"""The sweep-level side of tracking, as a Hydra callback (runs in the parent process).
+"""The sweep-level side of tracking, as a Hydra callback (runs in the parent process only).
 
-on_multirun_start: plan the sweep (src/harness/plan.py: validate every job, train each target once,
-find the cells already done); set up the store and the experiment once, before any worker
-starts; open the sweep's parent run (or reopen it, when the same sweep is run again); write
-`sweep.json` into the sweep folder for the workers (they report progress as they finish).
-on_multirun_end: close the parent run with a summary. Hydra skips
-on_multirun_end when a job raised, so the parent run is also closed by an atexit hook.
+on_multirun_start: refuse what cannot work (a host-local store with a launcher beyond this
+host); plan the sweep (src/harness/plan.py: validate every job, train each target once and
+publish it to the tracking server); open the sweep's parent run (or reopen it, when the same
+sweep is run again); hand every job the SweepContext (src/harness/context.py) by appending
+one override to the task overrides. Nothing is written where only this host could read it.
+on_multirun_end: count, from the child runs on the server, what finished and what failed
+(runs left RUNNING by a dead worker are marked FAILED), log it on the parent run and close it.
+Hydra skips on_multirun_end when a launcher raises, so an atexit hook does the same then.
 """
 from __future__ import annotations
 
 import atexit
-import shutil
-import json
 import logging
 import os
 import time
 import uuid
-from pathlib import Path
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, open_dict, read_write
 
-from ..engine.atomic import write_text
 from ..engine.errors import SpecsweepError
-from .plan import finished_jobs, plan_jobs, prepare_targets, previous_parent, sweep_signature
-from .tracking import KIND_TAG, client_for, code_version, environment_tags, setup_experiment, tracking_uri
+from .context import SweepContext
+from .ledger import done_cells, invocation_runs, mark_lost, status_counts, sweep_trial_runs
+from .plan import PlannedJob, finished_jobs, plan_jobs, prepare_targets, previous_parent, sweep_signature
+from .store import KIND_TAG, SWEEP, is_host_local
+from .tracking import client_for, code_version, environment_tags, setup_experiment, tracking_uri
 
 log = logging.getLogger(__name__)
-SWEEP_FILE = "sweep.json"
-PROGRESS_DIR = ".progress"
+
+# Launchers whose jobs all run on this host (a SQLite store works with them).
+HOST_LOCAL_LAUNCHERS = {"BasicLauncher", "JoblibLauncher", "LocalLauncher"}
+
+# True in the process that runs the sweep's callback: a job running here (joblib at n_jobs=1)
+# runs in-process, since forking the parent (store connections, torch's threads) is not safe.
+IN_SWEEP_PARENT = False
 
 # the summary of the last sweep this process ran (read by the entry point for its exit status)
 last_summary: dict = {}
 
 
-def n_jobs(config: DictConfig) -> int:
-    n = config.hydra.launcher.get("n_jobs", 1) if "launcher" in config.hydra else 1
-    return os.cpu_count() if n is None or n < 0 else int(n)
+def launcher_name(config: DictConfig) -> str:
+    return str(config.hydra.launcher.get("_target_", "BasicLauncher")).rsplit(".", 1)[-1]
 
 
-def mark_done(sweep_dir: str | Path, job_num: int, ok: bool) -> None:
-    folder = Path(sweep_dir) / PROGRESS_DIR
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / f"{job_num}.{'ok' if ok else 'failed'}").touch()
+def n_workers(config: DictConfig) -> int:
+    """Parallel workers as configured: joblib's n_jobs (-1: one per core); 0 where the
+    launcher or the cluster decides (ray, submitit)."""
+    n = config.hydra.launcher.get("n_jobs")
+    if n is None:
+        return 1 if launcher_name(config) == "BasicLauncher" else 0
+    return os.cpu_count() if n < 0 else int(n)
 
 
-def progress_counts(sweep_dir: str | Path) -> tuple[int, int]:
-    """(finished, failed) trials of this sweep run so far, from the workers' marker files."""
-    folder = Path(sweep_dir) / PROGRESS_DIR
-    names = [p.suffix for p in folder.glob("*")] if folder.is_dir() else []
-    return names.count(".ok"), names.count(".failed")
-
-
-def report_progress(sweep: dict) -> None:
-    """Logged by each job as it ends: 'trials done / total, ETA'. The workers report, so the
-    parent needs no thread (a thread holding a lock while a worker forks can deadlock the child)."""
-    ok, failed = progress_counts(sweep["sweep_dir"])
-    done, total = ok + failed, sweep["total"] - len(sweep.get("skip_jobs", []))
-    elapsed = time.time() - sweep["started"]
-    eta = elapsed / done * (total - done) if done else float("nan")
-    log.info("progress: %d/%d trials done (%d failed), elapsed %s, ETA %s", done, total, failed,
-             _hms(elapsed), _hms(eta))
+def check_launcher(config: DictConfig, uri: str) -> None:
+    """One line, before anything is written, for a combination that cannot work."""
+    name = launcher_name(config)
+    if name not in HOST_LOCAL_LAUNCHERS and is_host_local(uri):
+        raise SpecsweepError(f"the {name} launcher runs trials on other hosts, which cannot reach the host-local "
+                             f"store {uri}: use a tracking server (make tracking-server; "
+                             "MLFLOW_TRACKING_URI=http://...)")
+    if name == "RayLauncher" and not config.hydra.launcher.ray.init.get("address"):
+        raise SpecsweepError("hydra/launcher=ray connects to a running Ray cluster: set RAY_ADDRESS "
+                             "(make ray-up prints it)")
 
 
 def _hms(seconds: float) -> str:
@@ -70,14 +72,39 @@ def _hms(seconds: float) -> str:
     return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
 
 
+def report_progress(client, ctx: SweepContext) -> None:
+    """Logged by each job as it ends, counted from the server: 'trials done / to run, ETA'."""
+    counts = status_counts(invocation_runs(client, ctx.experiment_id, ctx.invocation))
+    failed = counts.get("FAILED", 0) + counts.get("KILLED", 0)
+    done = counts.get("FINISHED", 0) + failed
+    elapsed = time.time() - ctx.started
+    eta = elapsed / done * max(0, ctx.to_run - done) if done else float("nan")
+    log.info("progress: %d/%d trials done (%d failed), elapsed %s, ETA %s", done, ctx.to_run, failed,
+             _hms(elapsed), _hms(eta))
+
+
+class _ShortContext(logging.Filter):
+    """The launcher logs every job's overrides: show the long `sweep={...}` one as `sweep=<id>`."""
+
+    def __init__(self, override: str, short: str) -> None:
+        super().__init__()
+        self.override, self.short = override, short
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str) and self.override in record.msg:
+            record.msg = record.msg.replace(self.override, self.short)
+        return True
+
+
 class SweepTracking(Callback):
     def __init__(self) -> None:
         self.client = None
-        self.parent_run_id = None
-        self.t0 = 0.0
+        self.ctx: SweepContext | None = None
+        self.jobs: list[PlannedJob] = []
+        self.closed = False
 
     def __getstate__(self):
-        # Hydra pickles its callbacks to every joblib worker; the client stays here.
+        # Hydra pickles its callbacks to every worker; the client and the plan stay here.
         return {}
 
     def __setstate__(self, state):
@@ -91,65 +118,82 @@ class SweepTracking(Callback):
             raise SystemExit(2)
 
     def _start(self, config: DictConfig) -> None:
-        sweep_dir = Path(str(config.hydra.sweep.dir))
-        shutil.rmtree(sweep_dir / PROGRESS_DIR, ignore_errors=True)  # markers of an earlier run in this folder
+        global IN_SWEEP_PARENT
+        if not config.tracking.enabled:
+            raise SpecsweepError("a sweep records its trials in a tracking store: tracking.enabled must be true")
+        uri = tracking_uri(config)
+        check_launcher(config, uri)                    # before any write
         jobs = plan_jobs(config)                       # bad input stops here, before any write
-        uri = tracking_uri(config) if config.tracking.enabled else None
-        if uri:
-            experiment_id = setup_experiment(uri, config.tracking.experiment)
-        prepare_targets(jobs)                          # each distinct target trained once, all cores
-        info = {"sweep_id": uuid.uuid4().hex[:12], "sweep_name": str(config.get("sweep_name") or "adhoc"),
-                "total": len(jobs), "n_jobs": n_jobs(config), "sweep_dir": str(sweep_dir.resolve()), "skip_jobs": [],
-                "started": time.time(), "parent_pid": os.getpid()}
-        if uri:
-            self.client = client_for(uri)
-            version = code_version()
-            signature = sweep_signature(jobs, version)
-            previous = previous_parent(self.client, experiment_id, signature) if config.resume else None
-            if config.resume:
-                info["skip_jobs"] = sorted(finished_jobs(self.client, experiment_id, jobs, version))
-            if previous is not None:  # the same sweep again: continue it under its parent run
-                self.parent_run_id = previous.info.run_id
-                info["sweep_id"] = previous.data.tags["sweep_id"]
-                self.client.update_run(self.parent_run_id, status="RUNNING")
-            else:
-                tags = {KIND_TAG: "sweep", "sweep_id": info["sweep_id"], "sweep_name": info["sweep_name"],
-                        "n_jobs": str(info["n_jobs"]), "trials_planned": str(len(jobs)), "sweep_signature": signature,
-                        "command_overrides": " ".join(config.hydra.overrides.task), **environment_tags()}
-                run = self.client.create_run(experiment_id, tags=tags,
-                                             run_name=f"sweep-{info['sweep_name']}-{info['sweep_id']}")
-                self.parent_run_id = run.info.run_id
-            info.update({"tracking_uri": uri, "experiment_id": experiment_id, "parent_run_id": self.parent_run_id})
-            atexit.register(self._close, "FAILED")
-        write_text(sweep_dir / SWEEP_FILE, json.dumps(info, indent=1))
-        skipped = len(info["skip_jobs"])
-        log.info("sweep %s (%s): %d cells: %d done, %d to run, on %d workers%s%s", info["sweep_id"],
-                 info["sweep_name"], len(jobs), skipped, len(jobs) - skipped, info["n_jobs"],
-                 f", tracked in {uri}" if uri else "",
-                 "" if config.resume else " (resume=false: rerunning every cell)")
+        experiment_id = setup_experiment(uri, config.tracking.experiment)
+        self.client = client = client_for(uri)
+
+        from .targets import publish_target
+        targets = prepare_targets(jobs, lambda target, cfg: publish_target(client, experiment_id, uri, target, cfg))
+        version = code_version()
+        signature = sweep_signature(jobs, version)
+        skipped = finished_jobs(client, experiment_id, jobs, version) if config.resume else set()
+        previous = previous_parent(client, experiment_id, signature) if config.resume else None
+        name = str(config.get("sweep_name") or "adhoc")
+        if previous is not None:  # the same sweep again: continue it under its parent run
+            parent_run_id, sweep_id = previous.info.run_id, previous.data.tags["sweep_id"]
+            lost = mark_lost(client, sweep_trial_runs(client, experiment_id, parent_run_id),
+                             "lost: still RUNNING when its sweep was resumed (its worker died)")
+            if lost:
+                log.warning("%d trial run(s) of the earlier launch were left RUNNING: marked FAILED", lost)
+            client.update_run(parent_run_id, status="RUNNING")
+        else:
+            sweep_id = uuid.uuid4().hex[:12]
+            tags = {KIND_TAG: SWEEP, "sweep_id": sweep_id, "sweep_name": name, "launcher": launcher_name(config),
+                    "n_jobs": str(n_workers(config)), "trials_planned": str(len(jobs)), "sweep_signature": signature,
+                    "command_overrides": " ".join(config.hydra.overrides.task), **environment_tags()}
+            parent_run_id = client.create_run(experiment_id, tags=tags, run_name=f"sweep-{name}-{sweep_id}").info.run_id
+        self.jobs = jobs
+        self.ctx = SweepContext(sweep_id=sweep_id, sweep_name=name, invocation=uuid.uuid4().hex[:12],
+                                parent_run_id=parent_run_id, experiment_id=experiment_id, tracking_uri=uri,
+                                code_version=version, total=len(jobs), to_run=len(jobs) - len(skipped),
+                                n_jobs=n_workers(config), started=time.time(), targets=tuple(targets))
+        with read_write(config), open_dict(config):
+            config.hydra.overrides.task.append(self.ctx.override())  # every job's config gets `sweep`
+        short = _ShortContext(self.ctx.override(), f"sweep=<context of sweep {sweep_id}>")
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(short)
+        IN_SWEEP_PARENT = True
+        atexit.register(self._close, abnormal=True)
+        log.info("sweep %s (%s): %d cells: %d done, %d to run, on %s (%s workers), tracked in %s%s", sweep_id, name,
+                 len(jobs), len(skipped), len(jobs) - len(skipped), launcher_name(config),
+                 self.ctx.n_jobs or "cluster's", uri, "" if config.resume else " (resume=false: rerunning every cell)")
         self.t0 = time.monotonic()
-        self.info = info
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
-        ok, failed = progress_counts(self.info["sweep_dir"])
-        wall = time.monotonic() - self.t0
-        skipped = len(self.info["skip_jobs"])
-        last_summary.update({"total": self.info["total"], "finished": ok, "failed": failed, "skipped": skipped,
-                             "wall_s": wall, "sweep_id": self.info["sweep_id"]})
-        log.info("sweep %s done: %d finished, %d failed, %d skipped (done before), %d cells, wall %s",
-                 self.info["sweep_id"], ok, failed, skipped, self.info["total"], _hms(wall))
-        if self.client and self.parent_run_id:
-            for key, value in (("trials_finished", ok + skipped), ("trials_failed", failed),
-                               ("trials_run_now", ok + failed), ("wall_s", wall)):
-                self.client.log_metric(self.parent_run_id, key, value)
-            self._close("FINISHED" if failed == 0 else "FAILED")
+        self._close(abnormal=False)
 
-    def _close(self, status: str) -> None:
-        """End the parent run once; from atexit too (a sweep whose job raised)."""
-        if self.client is None or self.parent_run_id is None:
+    def _close(self, abnormal: bool) -> None:
+        """Count from the server, log the counts on the parent run and close it; once."""
+        if self.closed or self.ctx is None:
             return
+        self.closed = True
+        ctx, client = self.ctx, self.client
         try:
-            if self.client.get_run(self.parent_run_id).info.status == "RUNNING":
-                self.client.set_terminated(self.parent_run_id, status)
+            runs = invocation_runs(client, ctx.experiment_id, ctx.invocation)
+            lost = mark_lost(client, runs, "lost: still RUNNING when its sweep ended (its worker died)")
+            counts = status_counts(invocation_runs(client, ctx.experiment_id, ctx.invocation))
+            done = done_cells(client, ctx.experiment_id, ctx.code_version)
+            finished = sum((j.config_hash, j.target_key) in done for j in self.jobs)
+            failed = ctx.total - finished          # every planned cell without a FINISHED run
+            run_now = sum(counts.values())
+            wall = time.monotonic() - self.t0
+            last_summary.update({"total": ctx.total, "finished": finished, "failed": failed, "run_now": run_now,
+                                 "lost": lost, "wall_s": wall, "sweep_id": ctx.sweep_id})
+            log.info("sweep %s done: %d/%d cells finished, %d failed, %d trials run now (%d lost), wall %s",
+                     ctx.sweep_id, finished, ctx.total, failed, run_now, lost, _hms(wall))
+            from mlflow.entities import Metric
+            now = int(time.time() * 1000)
+            client.log_batch(ctx.parent_run_id, metrics=[
+                Metric("trials_finished", finished, now, 0), Metric("trials_failed", failed, now, 0),
+                Metric("trials_run_now", run_now, now, 0), Metric("trials_lost", lost, now, 0),
+                Metric("wall_s", wall, now, 0)])
+            status = "FINISHED" if failed == 0 and not abnormal else "FAILED"
+            client.set_terminated(ctx.parent_run_id, status)
         except Exception as e:  # at exit, the store may be gone: say so, do not raise
-            log.warning("could not close the sweep's parent run: %s", e)
+            last_summary.setdefault("failed", -1)
+            log.warning("could not count and close the sweep's parent run: %s", e)

@@ -1,17 +1,26 @@
 """One Hydra job: validate, load the target, run the trial, record it in MLflow.
 
-In a multirun the job reads the sweep's `sweep.json` (written by the parent's callback) for
-the store, the experiment, its parent run and the cells already done; alone it sets them up
-itself. A failing trial is recorded FAILED and, in a sweep, does not abort the other trials
-(the job returns instead of raising, so Hydra goes on and still calls on_multirun_end).
+In a sweep the job's config carries the SweepContext (`cfg.sweep`, src/harness/context.py): the
+store, the parent run, the published targets, the code version. The job then
+- refuses to run on a checkout whose code version differs from the parent's;
+- skips its cell when an identical trial already FINISHED (resume), by asking the server;
+- fetches the target the parent published (it never trains) and verifies its sha256;
+- claims its cell on the parent run (src/harness/ledger.py): a duplicate gives way;
+- runs in a forked child that dies with its worker (a killed worker leaves no trial behind),
+  so a trial that dies is recorded FAILED by its worker and the sweep goes on.
+Alone (no -m), it sets the store up itself and publishes the target it trained or loaded.
+A failing trial is recorded FAILED and, in a sweep, does not abort the other trials.
 """
 from __future__ import annotations
 
-import json
+import ctypes
 import logging
 import multiprocessing as mp
 import os
+import signal
+import socket
 import sys
+import tempfile
 import time
 import traceback
 from contextlib import nullcontext
@@ -20,52 +29,47 @@ from pathlib import Path
 import torch
 from filelock import FileLock
 from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from ..engine.atomic import write_text
-from .callbacks import PROGRESS_DIR, SWEEP_FILE, mark_done, report_progress
 from ..engine.errors import SpecsweepError
-from .tracking import (KIND_TAG, client_for, config_hash, ensure_target_run, environment_tags,
-                       log_trial_result, setup_experiment, trial_params, tracking_uri)
+from . import callbacks
+from .context import SweepContext
+from .ledger import claim_cell, is_done
+from .paths import REPO
+from .store import KIND_TAG, TRIAL
+from .tracking import client_for, code_version, config_hash, environment_tags, log_trial_result, setup_experiment, \
+    trial_params, tracking_uri
 
 log = logging.getLogger(__name__)
-
-
-def _sweep_info() -> dict | None:
-    hc = HydraConfig.get()
-    if hc.mode != RunMode.MULTIRUN:
-        return None
-    path = Path(hc.sweep.dir) / SWEEP_FILE
-    return json.loads(path.read_text()) if path.is_file() else {"sweep_dir": str(Path(hc.sweep.dir).resolve())}
 
 
 class TrialRecord:
     """The trial's MLflow run: created RUNNING before the work, ended FINISHED or FAILED."""
 
-    def __init__(self, cfg: DictConfig, sweep: dict | None, target, experiment_id: str):
+    def __init__(self, client, cfg: DictConfig, ctx: SweepContext | None, experiment_id: str, target,
+                 target_run_id: str, job_num: int | None, fetched: bool):
         from mlflow.entities import Param
-        self.uri = (sweep or {}).get("tracking_uri") or tracking_uri(cfg)
-        self.client = client_for(self.uri)
-        target_run = ensure_target_run(self.client, experiment_id, self.uri, target, cfg)
-        tags = {KIND_TAG: "trial", "config_hash": config_hash(cfg), "target_key": target.key,
-                "target_run_id": target_run, "torch_threads": str(cfg.threads), **environment_tags()}
-        if sweep:
-            tags.update({"mlflow.parentRunId": sweep["parent_run_id"], "sweep_id": sweep["sweep_id"],
-                         "sweep_name": sweep["sweep_name"], "n_jobs": str(sweep["n_jobs"])})
+        self.client = client
+        tags = {KIND_TAG: TRIAL, "config_hash": config_hash(cfg), "target_key": target.key,
+                "target_run_id": target_run_id, "target_fetched": str(fetched).lower(),
+                "torch_threads": str(cfg.threads), "pid": str(os.getpid()), "repo_path": str(REPO),
+                **environment_tags()}
+        if ctx:
+            tags.update({"mlflow.parentRunId": ctx.parent_run_id, "sweep_id": ctx.sweep_id,
+                         "sweep_name": ctx.sweep_name, "sweep_invocation": ctx.invocation, "job_num": str(job_num),
+                         "n_jobs": str(ctx.n_jobs)})
         else:
             tags.update({"sweep_id": "none", "n_jobs": "1"})
         name = f"{cfg.draft.name}-k{cfg.k}-s{cfg.seed}"
-        self.run_id = self.client.create_run(experiment_id, run_name=name, tags=tags).info.run_id
-        params = trial_params(cfg, target.key)
-        items = [Param(k, v) for k, v in params.items()]
+        self.run_id = client.create_run(experiment_id, run_name=name, tags=tags).info.run_id
+        items = [Param(k, v) for k, v in trial_params(cfg, target.key).items()]
         for start in range(0, len(items), 100):
-            self.client.log_batch(self.run_id, params=items[start:start + 100])
+            client.log_batch(self.run_id, params=items[start:start + 100])
 
     def finish(self, cfg, result, job_started: float) -> None:
+        # job_s: the whole job so far (load, trial, tracking writes), for the harness-overhead benchmark
+        result.metrics["job_s"] = time.perf_counter() - job_started
         log_trial_result(self.client, self.run_id, cfg, result)
-        # the whole job so far (load, trial, tracking writes): for the harness-overhead benchmark
-        self.client.log_metric(self.run_id, "job_s", time.perf_counter() - job_started)
         self.client.set_terminated(self.run_id, "FINISHED")
 
     def fail(self, message: str, status: str = "FAILED") -> None:
@@ -76,97 +80,166 @@ class TrialRecord:
             log.warning("could not mark run %s %s: %s", self.run_id, status, e)
 
 
+def timing_lock(cfg: DictConfig):
+    """At most one timed phase per host at a time, whatever launcher and however many
+    sweeps: a lock file in this host's temp folder (timing.lock_dir to choose another)."""
+    if not cfg.timing.lock:
+        return nullcontext()
+    folder = Path(cfg.timing.get("lock_dir") or tempfile.gettempdir())
+    return FileLock(str(folder / "specsweep-timing.lock"))
+
+
+def die_with_parent() -> None:
+    """Linux: this process gets SIGKILL when the thread that forked it ends, so a trial never
+    outlives its worker (a killed Ray worker would otherwise leave its trial running on)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def run_job(cfg: DictConfig) -> None:
-    """One trial. Alone, or in a sweep at n_jobs=1: in this process. In a sweep on joblib
-    workers: in a forked child of the worker, so that a trial that dies (SIGKILL, out of
-    memory) takes neither its worker nor the sweep down; the worker then records the
-    trial's run FAILED and the sweep goes on."""
-    sweep = _sweep_info()
-    if sweep is None:
+    """One trial. Alone, or in a sweep's parent process (joblib at n_jobs=1): in this process.
+    On a sweep's worker: in a forked child, so that a trial that dies (SIGKILL, out of memory)
+    takes neither its worker nor the sweep down; the worker then records its run FAILED."""
+    ctx = SweepContext.from_cfg(cfg)
+    if ctx is None:
         run_trial_job(cfg, None)
         return
     num = HydraConfig.get().job.num
-    if num in sweep.get("skip_jobs", []):
-        log.info("trial #%d: an identical run already FINISHED, skipped", num)
-        return
-    if os.getpid() == sweep.get("parent_pid"):
-        # n_jobs=1: joblib runs the jobs in the main process, which holds the store's
-        # connections and torch's thread pool; a fork there is not safe, so run in-process
-        run_trial_job(cfg, sweep)
-        return
-    child = mp.get_context("fork").Process(target=run_trial_job, args=(cfg, sweep))
-    child.start()
-    child.join()
-    if child.exitcode != 0:
-        record_death(sweep, num, child.exitcode)
+    if callbacks.IN_SWEEP_PARENT:
+        run_trial_job(cfg, ctx, num)
+    else:
+        forked = mp.get_context("fork")
+        receive, send = forked.Pipe(duplex=False)
+        parent_pid = os.getpid()
+        child = forked.Process(target=_trial_child, args=(cfg, ctx, num, send, parent_pid))
+        child.start()
+        send.close()
+        run_id = None
+        try:
+            while run_id is None and receive.poll(None):  # the child sends its run id, then closes
+                run_id = receive.recv()
+        except EOFError:
+            pass
+        child.join()
+        if child.exitcode != 0:
+            record_death(ctx, num, child.exitcode, run_id)
+    report_progress_safely(ctx)
 
 
-def _run_file(sweep: dict, num: int) -> Path:
-    return Path(sweep["sweep_dir"]) / PROGRESS_DIR / f"{num}.run"
+def _trial_child(cfg, ctx, num, send, parent_pid) -> None:
+    die_with_parent()
+    if os.getppid() != parent_pid:  # the worker died before the death signal was armed
+        os._exit(1)
+    try:
+        run_trial_job(cfg, ctx, num, on_run=send.send)
+    finally:
+        send.close()
 
 
-def record_death(sweep: dict, num: int, exitcode: int) -> None:
+def report_progress_safely(ctx: SweepContext) -> None:
+    try:
+        callbacks.report_progress(client_for(ctx.tracking_uri), ctx)
+    except Exception as e:
+        log.warning("progress unavailable: %s", e)
+
+
+def record_death(ctx: SweepContext, num: int, exitcode: int, run_id: str | None) -> None:
     cause = f"killed by signal {-exitcode}" if exitcode < 0 else f"exited with status {exitcode}"
     log.error("trial #%d: its process %s; its run is marked FAILED", num, cause)
-    run_file = _run_file(sweep, num)
-    if run_file.is_file() and sweep.get("tracking_uri"):
-        run_id = json.loads(run_file.read_text())["run_id"]
-        try:
-            client = client_for(sweep["tracking_uri"])
+    if run_id is None:
+        return  # it died before its run existed: the sweep counts the cell as not finished
+    try:
+        client = client_for(ctx.tracking_uri)
+        if client.get_run(run_id).info.status == "RUNNING":
             client.set_tag(run_id, "error", f"trial process {cause}")
             client.set_terminated(run_id, "FAILED")
-        except Exception as e:
-            log.warning("could not mark run %s FAILED: %s", run_id, e)
-    mark_done(sweep["sweep_dir"], num, ok=False)
-    report_progress(sweep)
+    except Exception as e:
+        log.warning("could not mark run %s FAILED: %s", run_id, e)
 
 
-def run_trial_job(cfg: DictConfig, sweep: dict | None) -> dict | None:
+def record_early_failure(cfg: DictConfig, ctx: SweepContext, num: int | None, message: str) -> None:
+    """A trial of a sweep that failed before its run existed (wrong code, no target) still
+    leaves a FAILED run under the sweep, so the failure is seen and counted on the server."""
+    try:
+        client = client_for(ctx.tracking_uri)
+        tags = {KIND_TAG: TRIAL, "mlflow.parentRunId": ctx.parent_run_id, "sweep_id": ctx.sweep_id,
+                "sweep_name": ctx.sweep_name, "sweep_invocation": ctx.invocation, "job_num": str(num),
+                "config_hash": config_hash(cfg), "error": message[:5000], **environment_tags()}
+        run_id = client.create_run(ctx.experiment_id, run_name=f"{cfg.draft.name}-k{cfg.k}-s{cfg.seed}",
+                                   tags=tags).info.run_id
+        client.set_terminated(run_id, "FAILED")
+    except Exception as e:
+        log.warning("could not record the failure on the server: %s", e)
+
+
+def run_trial_job(cfg: DictConfig, ctx: SweepContext | None, num: int | None = None, on_run=None):
+    """The trial with its bookkeeping. on_run(run_id) is called once its run exists."""
     from .render import trial_block
     from .trial import load_target, run_trial, validate
     job_started = time.perf_counter()
     record = None
-    ok = False
     try:
         validate(cfg)
         torch.set_num_threads(cfg.threads)
-        if cfg.tracking.enabled:  # an unusable store is bad input too: find out before any work
-            experiment_id = (sweep or {}).get("experiment_id") or setup_experiment(tracking_uri(cfg),
-                                                                                   cfg.tracking.experiment)
-        corpus, target = load_target(cfg)
-        if cfg.tracking.enabled:
-            record = TrialRecord(cfg, sweep, target, experiment_id)
-            if sweep:  # lets the worker find the run if this process dies
-                write_text(_run_file(sweep, HydraConfig.get().job.num),
-                           json.dumps({"pid": os.getpid(), "run_id": record.run_id}))
-        lock = FileLock(str(Path(sweep["sweep_dir"]) / "timing.lock")) if sweep and cfg.timing.lock else nullcontext()
+        if not cfg.tracking.enabled:  # a single run without a store
+            result = run_trial(cfg, timing_lock=timing_lock(cfg))
+            for line in trial_block(cfg, result).splitlines():
+                log.info(line)
+            return result.metrics
+        uri = ctx.tracking_uri if ctx else tracking_uri(cfg)
+        client = client_for(uri)  # an unusable store is bad input too: find out before any work
+        if ctx:
+            if code_version() != ctx.code_version:
+                raise SpecsweepError(f"this checkout ({socket.gethostname()}: {code_version()}) is not the code of "
+                                     f"the sweep ({ctx.code_version}): check out the same commit")
+            from .targets import load_published_target
+            corpus, target, fetched = load_published_target(cfg, ctx, client)
+            experiment_id, target_run_id = ctx.experiment_id, ctx.target(target.key).run_id
+            if cfg.resume and is_done(client, experiment_id, ctx.code_version, config_hash(cfg), target.key):
+                log.info("trial #%d: an identical run already FINISHED, skipped", num)
+                return None
+        else:
+            from .targets import publish_target
+            experiment_id = setup_experiment(uri, cfg.tracking.experiment)
+            corpus, target = load_target(cfg)
+            fetched, target_run_id = False, publish_target(client, experiment_id, uri, target, cfg).run_id
+        record = TrialRecord(client, cfg, ctx, experiment_id, target, target_run_id, num, fetched)
+        if on_run:
+            on_run(record.run_id)
+        if ctx:
+            holder = claim_cell(client, ctx.parent_run_id, config_hash(cfg), record.run_id)
+            if holder is not None:  # a duplicate of a job that runs or ran: give way, leave no run behind
+                client.delete_run(record.run_id)
+                record = None
+                log.warning("trial #%d: its cell is held by run %s: this duplicate gives way", num, holder)
+                return None
         trial_started = time.perf_counter()
-        result = run_trial(cfg, loaded=(corpus, target), timing_lock=lock)
+        result = run_trial(cfg, loaded=(corpus, target), timing_lock=timing_lock(cfg))
         result.metrics["trial_s"] = time.perf_counter() - trial_started
-        if record:
-            record.finish(cfg, result, job_started)
+        record.finish(cfg, result, job_started)
         for line in trial_block(cfg, result).splitlines():
             log.info(line)
-        ok = True
         return result.metrics
     except SpecsweepError as e:
         log.error("error: %s", e)
         if record:
             record.fail(str(e))
-        if sweep is None:
+        elif ctx:
+            record_early_failure(cfg, ctx, num, str(e))
+        if ctx is None:
             sys.exit(2)
     except Exception as e:
         log.error("trial failed: %s: %s", type(e).__name__, e)
         if record:
             record.fail(traceback.format_exc())
-        if sweep is None:
+        elif ctx:
+            record_early_failure(cfg, ctx, num, traceback.format_exc())
+        if ctx is None:
             raise
     except BaseException:  # interrupted: do not leave the run RUNNING
         if record:
             record.fail("interrupted", status="KILLED")
         raise
-    finally:
-        if sweep:
-            mark_done(sweep["sweep_dir"], HydraConfig.get().job.num, ok)
-            report_progress(sweep)
     return None

@@ -2,8 +2,9 @@
 
 Every job's config is composed and validated first (bad input stops the sweep with one line
 before anything is written to the store), every distinct target is trained once here with all
-cores, and the jobs whose identical configuration already has a FINISHED run (same config
-hash, code version and target) are marked done, so a rerun of the same command resumes.
+cores and published to the tracking server (src/harness/targets.py), and the jobs whose
+identical configuration already has a FINISHED run (same config hash, code version and target)
+are counted done: their workers skip them, so a rerun of the same command resumes.
 """
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
 from ..engine.errors import SpecsweepError
-from .tracking import KIND_TAG, config_hash
+from .ledger import done_cells
+from .store import KIND_TAG, SWEEP
+from .tracking import config_hash
 
 log = logging.getLogger(__name__)
 
@@ -70,16 +73,21 @@ def target_identity(cfg: DictConfig) -> str:
     return repr((keys, cfg.train_seed))
 
 
-def prepare_targets(jobs: list[PlannedJob]) -> None:
-    """Train (or load) each distinct target once, here, and note its key on every job."""
+def prepare_targets(jobs: list[PlannedJob], publish) -> list:
+    """Train (or load) each distinct target once, here, with all cores; publish it with
+    `publish(target, cfg)` (to the tracking server) and note its key on every job. Returns
+    what `publish` returned, one per distinct target."""
     from .trial import load_target
     keys: dict[str, str] = {}
+    published = []
     for job in jobs:
         ident = target_identity(job.cfg)
         if ident not in keys:
             _, target = load_target(job.cfg)
+            published.append(publish(target, job.cfg))
             keys[ident] = target.key
         job.target_key = keys[ident]
+    return published
 
 
 def sweep_signature(jobs: list[PlannedJob], code_version: str) -> str:
@@ -89,19 +97,12 @@ def sweep_signature(jobs: list[PlannedJob], code_version: str) -> str:
 
 def finished_jobs(client, experiment_id: str, jobs: list[PlannedJob], code_version: str) -> set[int]:
     """Job numbers whose configuration already has a FINISHED trial run with this code and target."""
-    done, token = set(), None
-    while True:
-        page = client.search_runs([experiment_id], f"tags.`{KIND_TAG}` = 'trial' and attributes.status = 'FINISHED' "
-                                  f"and tags.code_version = '{code_version}'", max_results=5000, page_token=token)
-        done.update((r.data.tags.get("config_hash"), r.data.tags.get("target_key")) for r in page)
-        token = page.token
-        if not token:
-            break
+    done = done_cells(client, experiment_id, code_version)
     return {j.num for j in jobs if (j.config_hash, j.target_key) in done}
 
 
 def previous_parent(client, experiment_id: str, signature: str):
     """The newest parent run of a sweep with this signature (same jobs, same code), or None."""
-    runs = client.search_runs([experiment_id], f"tags.`{KIND_TAG}` = 'sweep' and tags.sweep_signature = '{signature}'",
+    runs = client.search_runs([experiment_id], f"tags.`{KIND_TAG}` = '{SWEEP}' and tags.sweep_signature = '{signature}'",
                               max_results=1, order_by=["attributes.start_time DESC"])
     return runs[0] if runs else None

@@ -10,6 +10,7 @@ MLflow's process-global active-run stack would leak from one job to the next.
 from __future__ import annotations
 
 import csv
+import functools
 import hashlib
 import io
 import logging
@@ -132,10 +133,10 @@ def flatten(d: dict, prefix: str = "") -> dict:
 
 
 def trial_config(cfg: DictConfig) -> dict:
-    """The resolved trial config without Hydra's own node and without where it is tracked."""
+    """The resolved trial config without Hydra's own node, where it is tracked and the sweep it is in."""
     container = OmegaConf.to_container(cfg, resolve=True)
-    container.pop("hydra", None)
-    container.pop("tracking", None)
+    for key in ("hydra", "tracking", "sweep", "resume"):  # where and how it is run, not what it computes
+        container.pop(key, None)
     return container
 
 
@@ -145,6 +146,7 @@ def config_hash(cfg: DictConfig) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+@functools.lru_cache(maxsize=1)
 def git_state() -> tuple[str, bool]:
     """(commit, dirty) of the repository, or ("unknown", False) outside git."""
     try:
@@ -157,6 +159,7 @@ def git_state() -> tuple[str, bool]:
         return "unknown", False
 
 
+@functools.lru_cache(maxsize=1)
 def code_version() -> str:
     """The commit, plus a hash of the uncommitted diff when the tree is dirty."""
     commit, dirty = git_state()
@@ -166,6 +169,7 @@ def code_version() -> str:
     return f"{commit}+dirty.{hashlib.sha256(diff).hexdigest()[:12]}"
 
 
+@functools.lru_cache(maxsize=1)
 def cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -177,6 +181,8 @@ def cpu_model() -> str:
 
 
 def environment_tags() -> dict:
+    """Where a run ran: code, host, CPU model, library versions (the git state is read once per process:
+    a sweep's code does not change under it, and each read costs three git calls)."""
     commit, dirty = git_state()
     return {"git_commit": commit, "git_dirty": str(dirty).lower(), "code_version": code_version(),
             "host": socket.gethostname(), "cpu_model": cpu_model(), "torch_version": torch.__version__,
@@ -219,28 +225,3 @@ def log_trial_result(client, run_id: str, cfg: DictConfig, result) -> None:
         Path(tmp, "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
         Path(tmp, "sample.txt").write_text(result.text, encoding="utf-8")
         client.log_artifacts(run_id, tmp)
-
-
-def ensure_target_run(client, experiment_id: str, uri: str, target, cfg: DictConfig) -> str:
-    """The run that records the trained target (checkpoint as artifact): found, or created once."""
-    from mlflow.entities import RunStatus
-    with store_lock(uri):
-        found = client.search_runs([experiment_id], filter_string=f"tags.`{KIND_TAG}` = 'target' and "
-                                   f"tags.target_key = '{target.key}' and attributes.status = 'FINISHED'",
-                                   max_results=1)
-        if found:
-            return found[0].info.run_id
-        run = client.create_run(experiment_id, run_name=f"target-{target.key}",
-                                tags={KIND_TAG: "target", "target_key": target.key, **environment_tags()})
-        rid = run.info.run_id
-        params = {f"model.{k}": str(v) for k, v in OmegaConf.to_container(cfg.model, resolve=True).items()}
-        params.update({f"train.{k}": str(v) for k, v in OmegaConf.to_container(cfg.train, resolve=True).items()})
-        params.update({"train_seed": str(cfg.train_seed), "corpus": str(cfg.data.path or cfg.data.source)})
-        from mlflow.entities import Param
-        client.log_batch(rid, params=[Param(k, v) for k, v in params.items()])
-        client.log_metric(rid, "val_loss", target.val_loss)
-        client.log_metric(rid, "n_params", target.model.n_params())
-        client.log_artifact(rid, str(target.path), "checkpoint")
-        client.log_artifact(rid, str(target.path) + ".sha256", "checkpoint")
-        client.set_terminated(rid, RunStatus.to_string(RunStatus.FINISHED))
-        return rid

@@ -63,13 +63,21 @@ def repo_path(p: str | Path) -> Path:
     return p if p.is_absolute() else REPO / p
 
 
+def load_corpus_of(cfg: DictConfig):
+    return load_corpus(cfg.data.path and str(repo_path(cfg.data.path)), repo_path(cfg.data.cache_dir),
+                       cfg.data.source, cfg.data.get("synthetic_chars", 60_000))
+
+
+def train_config_of(cfg: DictConfig) -> TrainConfig:
+    return TrainConfig(**OmegaConf.to_container(cfg.train, resolve=True))
+
+
 def load_target(cfg: DictConfig, progress: bool = True):
-    """(corpus, TrainedTarget) for the config: the cached target, trained on first use."""
-    corpus = load_corpus(cfg.data.path and str(repo_path(cfg.data.path)), repo_path(cfg.data.cache_dir),
-                         cfg.data.source, cfg.data.get("synthetic_chars", 60_000))
-    train_cfg = TrainConfig(**OmegaConf.to_container(cfg.train, resolve=True))
+    """(corpus, TrainedTarget) for the config: the cached target, trained on first use (all cores)."""
+    corpus = load_corpus_of(cfg)
     model_kwargs = OmegaConf.to_container(cfg.model, resolve=True)
-    target = get_target(corpus, model_kwargs, train_cfg, cfg.train_seed, repo_path(cfg.data.cache_dir), progress)
+    target = get_target(corpus, model_kwargs, train_config_of(cfg), cfg.train_seed, repo_path(cfg.data.cache_dir),
+                        progress)
     return corpus, target
 
 

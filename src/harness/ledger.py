@@ -1,0 +1,100 @@
+"""A sweep's state as the tracking server records it: which cells are done, who holds a cell,
+how far this launch has got. No file, no process memory: any host asks the same server and
+gets the same answer, and the parent's counts and exit status come from here.
+
+- done: a cell (config hash + target key) is done when a FINISHED trial run with the same
+  code version exists in the experiment (resume skips it);
+- claims: before its work a trial claims its cell on the sweep's parent run by logging the
+  param `claim.<config_hash>.<attempt>` = its run id. MLflow params are write-once (a second,
+  different value is refused by the store, atomically, under the database's primary key), so
+  exactly one run wins each attempt. A new attempt is opened only when the previous holder
+  ended FAILED or KILLED: a retried or duplicated job can never yield a second FINISHED run of
+  a cell in one sweep;
+- lost runs: a trial run still RUNNING when its launch ends (or when its sweep is resumed) had
+  its worker die under it; it is marked FAILED.
+"""
+from __future__ import annotations
+
+import logging
+
+from .store import KIND_TAG, TRIAL
+
+log = logging.getLogger(__name__)
+CLAIM_PREFIX = "claim."
+ENDED_BADLY = ("FAILED", "KILLED")
+
+
+def search_all(client, experiment_id: str, filter_string: str) -> list:
+    """Every run matching the filter, across result pages."""
+    runs, token = [], None
+    while True:
+        page = client.search_runs([experiment_id], filter_string, max_results=5000, page_token=token)
+        runs.extend(page)
+        token = page.token
+        if not token:
+            return runs
+
+
+def done_cells(client, experiment_id: str, code_version: str) -> set[tuple[str, str]]:
+    """(config_hash, target_key) of every FINISHED trial run with this code version."""
+    runs = search_all(client, experiment_id, f"tags.`{KIND_TAG}` = '{TRIAL}' and attributes.status = 'FINISHED' "
+                                             f"and tags.code_version = '{code_version}'")
+    return {(r.data.tags.get("config_hash"), r.data.tags.get("target_key")) for r in runs}
+
+
+def is_done(client, experiment_id: str, code_version: str, config_hash: str, target_key: str) -> bool:
+    runs = client.search_runs([experiment_id], f"tags.`{KIND_TAG}` = '{TRIAL}' and attributes.status = 'FINISHED' "
+                              f"and tags.code_version = '{code_version}' and tags.config_hash = '{config_hash}' "
+                              f"and tags.target_key = '{target_key}'", max_results=1)
+    return bool(runs)
+
+
+def claim_cell(client, parent_run_id: str, config_hash: str, run_id: str, tries: int = 20) -> str | None:
+    """Claim the cell for `run_id`. None when claimed; else the id of the run that holds it
+    (FINISHED, or still RUNNING: this job is a duplicate and must not run)."""
+    from mlflow.exceptions import MlflowException
+    prefix = f"{CLAIM_PREFIX}{config_hash}."
+    for _ in range(tries):
+        params = client.get_run(parent_run_id).data.params
+        attempts = sorted(int(key[len(prefix):]) for key in params if key.startswith(prefix))
+        if attempts:
+            holder = params[f"{prefix}{attempts[-1]}"]
+            if holder == run_id:
+                return None
+            if client.get_run(holder).info.status not in ENDED_BADLY:
+                return holder
+        attempt = attempts[-1] + 1 if attempts else 0
+        try:
+            client.log_param(parent_run_id, f"{prefix}{attempt}", run_id)
+            return None
+        except MlflowException:
+            continue  # another run took this attempt first: look again at who holds the cell
+    raise RuntimeError(f"could not claim cell {config_hash} after {tries} tries")
+
+
+def invocation_runs(client, experiment_id: str, invocation: str) -> list:
+    return search_all(client, experiment_id, f"tags.`{KIND_TAG}` = '{TRIAL}' and tags.sweep_invocation = '{invocation}'")
+
+
+def status_counts(runs) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for r in runs:
+        counts[r.info.status] = counts.get(r.info.status, 0) + 1
+    return counts
+
+
+def mark_lost(client, runs, why: str) -> int:
+    """Mark the RUNNING runs among `runs` FAILED (their process is gone); return how many."""
+    lost = [r for r in runs if r.info.status == "RUNNING"]
+    for r in lost:
+        try:
+            client.set_tag(r.info.run_id, "error", why)
+            client.set_terminated(r.info.run_id, "FAILED")
+        except Exception as e:
+            log.warning("could not mark run %s FAILED: %s", r.info.run_id, e)
+    return len(lost)
+
+
+def sweep_trial_runs(client, experiment_id: str, parent_run_id: str) -> list:
+    return search_all(client, experiment_id, f"tags.`{KIND_TAG}` = '{TRIAL}' "
+                                             f"and tags.`mlflow.parentRunId` = '{parent_run_id}'")
