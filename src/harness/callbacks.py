@@ -12,6 +12,7 @@ Hydra skips on_multirun_end when a launcher raises, so an atexit hook does the s
 from __future__ import annotations
 
 import atexit
+import importlib
 import logging
 import os
 import time
@@ -60,6 +61,13 @@ def check_launcher(config: DictConfig, uri: str) -> None:
         raise SpecsweepError(f"the {name} launcher runs trials on other hosts, which cannot reach the host-local "
                              f"store {uri}: use a tracking server (make tracking-server; "
                              "MLFLOW_TRACKING_URI=http://...)")
+    module = str(config.hydra.launcher.get("_target_", "")).rsplit(".", 1)[0]
+    if module:
+        try:
+            importlib.import_module(module)
+        except ImportError as e:
+            raise SpecsweepError(f"the {name} launcher needs the cluster extra ({e.name} is missing): "
+                                 "make setup-cluster") from None
     if name == "RayLauncher" and not config.hydra.launcher.ray.init.get("address"):
         raise SpecsweepError("hydra/launcher=ray connects to a running Ray cluster: set RAY_ADDRESS "
                              "(make ray-up prints it)")
