@@ -156,6 +156,19 @@ def test_bad_sweep_input_stops_before_writing_anything(tmp_path, override, messa
     assert not (store / "mlflow.db").exists()                 # no store, no parent run, no trial run
 
 
+@pytest.mark.parametrize("launcher", ["ray", "submitit_slurm"])
+def test_a_host_local_store_with_a_cluster_launcher_is_refused(tmp_path, launcher):
+    """Workers on other hosts could not reach a SQLite file: one line, exit 2, nothing written
+    (no store, no sweep folder), whether or not the cluster extra is installed."""
+    store = tmp_path / "store"
+    store.mkdir()
+    cmd = [c for c in smoke_cmd(store, 1) if not c.startswith("hydra.launcher.n_jobs")]
+    proc = subprocess.run(cmd + [f"hydra/launcher={launcher}"], cwd=REPO, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "RAY_ADDRESS": "127.0.0.1:1"})
+    _one_line_error(proc, "cannot reach the host-local store")
+    assert proc.returncode == 2 and list(store.iterdir()) == []
+
+
 def _single(tiny, tmp_path, *extra, timeout=300):
     cfg, _, _ = tiny
     return subprocess.run([sys.executable, "-m", "src.run", "model=tiny", "train=quick", f"data.path={cfg.data.path}",

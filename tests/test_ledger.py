@@ -1,0 +1,70 @@
+"""The sweep's ledger on the tracking server: cell claims are exclusive, reopened only after a
+failure, and lost runs are marked FAILED (src/harness/ledger.py)."""
+from __future__ import annotations
+
+import multiprocessing as mp
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from src.harness.ledger import claim_cell, mark_lost
+
+
+@pytest.fixture
+def store(tmp_path):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    client = MlflowClient(uri)
+    exp = client.create_experiment("specsweep", artifact_location=(tmp_path / "artifacts").as_uri())
+    parent = client.create_run(exp).info.run_id
+    return uri, client, exp, parent
+
+
+def test_a_cell_is_claimed_once_and_reopened_only_after_a_failure(store):
+    _, client, exp, parent = store
+    first, second, third = (client.create_run(exp).info.run_id for _ in range(3))
+    assert claim_cell(client, parent, "cellA", first) is None            # claimed
+    assert claim_cell(client, parent, "cellA", first) is None            # idempotent for its holder
+    assert claim_cell(client, parent, "cellA", second) == first          # RUNNING holder: a duplicate gives way
+    assert claim_cell(client, parent, "cellB", second) is None           # another cell is free
+    client.set_terminated(first, "FAILED")
+    assert claim_cell(client, parent, "cellA", second) is None           # reopened after the failure
+    assert claim_cell(client, parent, "cellA", third) == second
+    client.set_terminated(second, "FINISHED")
+    assert claim_cell(client, parent, "cellA", third) == second          # never a second FINISHED run
+    params = client.get_run(parent).data.params
+    assert params["claim.cellA.0"] == first and params["claim.cellA.1"] == second and "claim.cellA.2" not in params
+
+
+def _claimer(uri, parent, exp, barrier, queue):
+    client = MlflowClient(uri)
+    run_id = client.create_run(exp).info.run_id
+    barrier.wait()
+    queue.put((run_id, claim_cell(client, parent, "contested", run_id)))
+
+
+def test_concurrent_claims_have_exactly_one_winner(store):
+    uri, client, exp, parent = store
+    ctx = mp.get_context("spawn")
+    n = 6
+    barrier, queue = ctx.Barrier(n), ctx.Queue()
+    procs = [ctx.Process(target=_claimer, args=(uri, parent, exp, barrier, queue)) for _ in range(n)]
+    for p in procs:
+        p.start()
+    results = [queue.get(timeout=120) for _ in range(n)]
+    for p in procs:
+        p.join(timeout=60)
+    winners = [run for run, holder in results if holder is None]
+    assert len(winners) == 1
+    assert all(holder == winners[0] for run, holder in results if holder is not None)
+    assert client.get_run(parent).data.params["claim.contested.0"] == winners[0]
+
+
+def test_lost_runs_are_marked_failed(store):
+    _, client, exp, _ = store
+    running, done = client.create_run(exp).info.run_id, client.create_run(exp).info.run_id
+    client.set_terminated(done, "FINISHED")
+    runs = [client.get_run(running), client.get_run(done)]
+    assert mark_lost(client, runs, "lost: test") == 1
+    assert client.get_run(running).info.status == "FAILED"
+    assert client.get_run(running).data.tags["error"] == "lost: test"
+    assert client.get_run(done).info.status == "FINISHED"
