@@ -4,7 +4,8 @@ A sweep is a parent run tagged `specsweep.kind = sweep` with a `sweep_id` tag; i
 runs tagged `specsweep.kind = trial` with the same `sweep_id` (matching on the id rather than
 on the parent run id keeps a resumed sweep's trials together). Params arrive as strings and
 are cast here, once. Per-pair speedup ratios come from the `speedup_pair` metric history
-(step = pair index).
+(step = pair index). The trials' `cpu_model` and `host` tags (where each ran) come along as columns:
+pair timings from different CPU models must not be pooled without saying so.
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ CELL = ["draft", "k"]          # one table row: a trial aggregated across seeds
 INT_PARAMS = ["k", "seed", "n_chars", "pairs"]
 FLOAT_PARAMS = ["temperature"]
 STR_PARAMS = ["draft", "target_key"]
+TAGS = ["cpu_model", "host"]   # where a trial ran: tags.<name> -> column <name>, missing -> NA
 PAIR_METRIC = "speedup_pair"
 
 
@@ -98,7 +100,7 @@ def search_trials(sweep: Sweep) -> pd.DataFrame:
 
 
 def tidy_runs(raw: pd.DataFrame) -> pd.DataFrame:
-    """run_id, status, start_time, typed params and every metric under its bare name."""
+    """run_id, status, start_time, typed params, the TAGS and every metric under its bare name."""
     out = pd.DataFrame({"run_id": raw.get("run_id", pd.Series(dtype=str)),
                         "status": raw.get("status", pd.Series(dtype=str)),
                         "start_time": raw.get("start_time", pd.Series(dtype="datetime64[ns, UTC]"))})
@@ -110,6 +112,9 @@ def tidy_runs(raw: pd.DataFrame) -> pd.DataFrame:
             out[name] = col
         else:
             out[name] = pd.to_numeric(col, errors="coerce")
+    for name in TAGS:
+        col = raw.get(f"tags.{name}")
+        out[name] = pd.Series(pd.NA, index=out.index, dtype=object) if col is None else col.astype(object)
     metrics = {c.removeprefix("metrics."): pd.to_numeric(raw[c], errors="coerce")
                for c in raw.columns if c.startswith("metrics.")}
     return pd.concat([out, pd.DataFrame(metrics, index=out.index)], axis=1)
@@ -156,8 +161,9 @@ def load_sweep(client: MlflowClient, experiment: str, sweep_id: str | None = Non
     trials, unplaced = split_unplaced(runs)
     if len(unplaced):
         log.warning("%d runs of sweep %s have no draft/k/seed params", len(unplaced), sweep.sweep_id)
-    for name in ("n_chars", "temperature", "target_key"):
+    for name in ("n_chars", "temperature", "target_key", "cpu_model"):
         values = trials[name].dropna().unique()
         if len(values) > 1:  # cells pool across seeds only; other differences would be mixed in silently
-            log.warning("sweep %s mixes %s values %s; cells aggregate across them", sweep.sweep_id, name, list(values))
+            log.warning("sweep %s mixes %s values %s; cells aggregate across them (flagged in the report)",
+                        sweep.sweep_id, name, list(values))
     return SweepData(sweep, trials, unplaced, pair_ratios(client, finished_trials(trials)))

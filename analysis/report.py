@@ -29,8 +29,9 @@ from .aggregate import pooled_speedup, trial_status
 from .cost_models import ModelResults, cell_predictions, predict_trials
 from .export import markdown, write_figure, write_table
 from .load import DEFAULT_EXPERIMENT, REPO, SweepData, connect, default_tracking_uri, load_sweep
-from .tables import (Table, acceptance_table, best_k_table, cost_by_k_table, cost_table, exactness_table,
-                     fit_table, model_errors_table, position_table, predictions_table, speedup_table, status_table)
+from .tables import (Table, acceptance_table, best_k_table, cost_by_k_table, cost_table, cpu_models,
+                     cpu_models_per_cell, exactness_table, fit_table, model_errors_table, position_table,
+                     predictions_table, speedup_table, status_table)
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +93,7 @@ def summary(report: Report, uri: str, experiment: str) -> str:
     if len(short):
         lines.append("Cells short of trials: " + ", ".join(
             f"{r.draft} k={r.k} ({r.finished}/{r.seeds} finished)" for r in short.itertuples()) + ".")
+    lines += cpu_lines(report.data.finished)
     best = next((t.df for t in report.tables if t.name == "best_k"), None)
     if best is not None and not best.empty:
         lines += ["", "Recommended k (extended cost model; measured best in brackets): " + "; ".join(
@@ -99,6 +101,27 @@ def summary(report: Report, uri: str, experiment: str) -> str:
             f"{', not clear of the other k' if r['clear'] == 'no' else ''}]"
             for _, r in best.iterrows()) + "."]
     return "\n".join(lines) + "\n"
+
+
+def cpu_lines(finished: pd.DataFrame) -> list[str]:
+    """Which CPU models (and hosts) the finished trials ran on; a warning when there is more than one."""
+    if finished.empty:
+        return []
+    models = cpu_models(finished)
+    hosts = finished["host"] if "host" in finished.columns else pd.Series(pd.NA, index=finished.index)
+    parts = []
+    for model, g in finished.groupby(models, sort=True):
+        names = sorted(hosts[g.index].dropna().astype(str).unique())
+        parts.append(f"{model} ({len(g)} trials; host{'s' if len(names) != 1 else ''} "
+                     f"{', '.join(names) if names else 'unknown'})")
+    if len(parts) == 1:
+        return ["", f"CPU model: {parts[0]}."]
+    per_cell = cpu_models_per_cell(finished)
+    mixed = per_cell[per_cell > 1]
+    cells = ", ".join(f"{d} k={k}" for d, k in mixed.index) or "none (each cell ran on one CPU model)"
+    return ["", f"WARNING: mixed CPU models. The finished trials ran on {len(parts)} CPU models: "
+            + "; ".join(parts) + f". Cells whose pooled pair timings mix CPU models (flagged in the speedup "
+            f"table): {cells}. The cost model's parameters are fitted across all of them."]
 
 
 def render(report: Report, uri: str, experiment: str) -> str:

@@ -82,11 +82,29 @@ def verdict(lo: float, hi: float) -> str:
     return "no demonstrated change"  # the range straddles 1.0
 
 
+def cpu_models(trials: pd.DataFrame) -> pd.Series:
+    """Each trial's CPU model tag; "unknown" where the run has none (it cannot be told to match)."""
+    if "cpu_model" not in trials.columns:
+        return pd.Series("unknown", index=trials.index, name="cpu_model")
+    return trials["cpu_model"].astype(object).where(trials["cpu_model"].notna(), "unknown").rename("cpu_model")
+
+
+def cpu_models_per_cell(finished: pd.DataFrame) -> pd.Series:
+    """Per cell: how many CPU models its finished trials ran on (> 1: pair timings pooled across them)."""
+    return cpu_models(finished).groupby([finished["draft"], finished["k"]]).nunique().rename("CPU models")
+
+
 def speedup_table(finished: pd.DataFrame, speedup: pd.DataFrame) -> Table:
     cpp = cell_medians(finished, ["chars_per_pass"]).rename(columns={"chars_per_pass": "chars per pass"})
     df = cpp.drop(columns="seeds").merge(speedup, on=["draft", "k"], how="left")
     df["verdict"] = [verdict(lo, hi) for lo, hi in zip(df["min"], df["max"])]
     df = df.merge(timing_flags(finished).reset_index(), on=["draft", "k"], how="left")
+    df = df.merge(cpu_models_per_cell(finished).reset_index(), on=["draft", "k"], how="left")
+    if "timing flags" not in df:
+        df["timing flags"] = ""
+    mixed = df["CPU models"] > 1
+    df["timing flags"] = [("; ".join(filter(None, [f, f"mixed CPU models ({n})"])) if m else f)
+                          for f, n, m in zip(df["timing flags"].fillna(""), df["CPU models"], mixed)]
     df = df.rename(columns={"seed_median": "median of seed medians", "confidence": "range confidence"})
     return Table("speedup", "Measured speedup", df,
                  {"chars per pass": ".2f", "median": ".2f", "min": ".2f", "max": ".2f",
@@ -95,7 +113,8 @@ def speedup_table(finished: pd.DataFrame, speedup: pd.DataFrame) -> Table:
                  "over ALL pairs of all seeds of the cell (pooled ratios); range confidence = coverage of "
                  "[min, max] as an interval for the median, 1 - 2/2^pairs. Timing flags: worst IQR/median "
                  f"of an arm over the cell's trials (> {SPREAD_WARN:.0%} noisy, > {SPREAD_BAD:.0%} unreliable), "
-                 f"CPU/wall below {CPU_WALL_LOW}.")
+                 f"CPU/wall below {CPU_WALL_LOW}. CPU models: distinct cpu_model tags of the cell's trials (a "
+                 "missing tag counts as 'unknown'); more than one: the pooled pairs mix CPUs (flagged).")
 
 
 def cost_table(finished: pd.DataFrame) -> Table:

@@ -14,7 +14,8 @@ pooled statistics are tested against the planted ratios.
 The grid is drafts x K x SEEDS with holes: one FAILED trial, a cell with no finished trial
 (FAILED, RUNNING and never started), a FAILED run later redone, and a FAILED run without
 params. Older sweeps in the same experiment check that "latest" picks the newest and that
-a sweep with one trial, with no trial or with no finished trial is handled.
+a sweep with one trial, with no trial or with no finished trial is handled. Every trial
+carries the `cpu_model` and `host` tags of one machine.
 """
 from __future__ import annotations
 
@@ -47,6 +48,8 @@ DRAFTS = {"bigram": (0.40, 24.0), "int8": (0.90, 1100.0), "int4": (0.80, 150.0)}
 # relative scatter of the pair timings; the median of each list is exactly 0
 BASE_EPS = (0.0, 0.010, -0.005, 0.004, -0.008)
 SPEC_EPS = (0.006, -0.004, 0.0, 0.009, -0.007)
+
+CPU = ("Planted CPU A @ 2.0GHz", "host-a")  # (cpu_model, host) tags of every trial of plant_sweeps
 
 FAILED_KEYS = {("int8", 2, 1): "FAILED", ("int4", 8, 0): "FAILED", ("int4", 8, 1): "RUNNING"}
 NEVER_RUN = {("int4", 8, 2)}
@@ -142,10 +145,11 @@ class _Writer:
         return run.info.run_id
 
     def trial(self, parent: str, sweep_id: str, key, status: str, metrics=None, pairs=None,
-              with_params: bool = True) -> str:
+              with_params: bool = True, cpu: tuple[str, str] | None = CPU) -> str:
+        where = {"cpu_model": cpu[0], "host": cpu[1]} if cpu else {}
         run = self.client.create_run(self.experiment_id, start_time=self.tick(), tags={
             "mlflow.parentRunId": parent, "specsweep.kind": "trial", "sweep_id": sweep_id,
-            "config_hash": "-".join(map(str, key)), "target_key": "tgt0"})
+            "config_hash": "-".join(map(str, key)), "target_key": "tgt0", **where})
         run_id = run.info.run_id
         ts = self.clock
         batch = [Metric(name, float(v), ts, 0) for name, v in (metrics or {}).items()]

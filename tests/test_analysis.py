@@ -87,6 +87,7 @@ def test_params_are_cast_and_one_finished_run_per_trial(planted, data):
     assert len(f) == len(planted.trials) == 32
     assert not f.duplicated(["draft", "k", "seed"]).any()  # the redone trial counts once
     assert len(data.unplaced) == 1 and data.unplaced["status"].tolist() == ["FAILED"]
+    assert set(f["cpu_model"]) == {fx.CPU[0]} and set(f["host"]) == {fx.CPU[1]}  # tags come along
 
 
 def test_failed_running_and_missing_trials_are_counted(data):
