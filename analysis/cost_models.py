@@ -13,12 +13,13 @@ c. extended     time of one generation
                     speculative  T_S = P (tv(k) + o_pass) + D td (1 + gamma)
                     tv(k) = t1 (1 + b k)
                 predicted speedup = T_B / T_S.
-   Four parameters, shared by all drafts, each from a linear least-squares fit across trials:
-                    b               tv / t1 - 1 = b k                          (measured verify passes)
+   Four parameters, shared by all drafts, from three fits across trials, each linear in its
+   parameters (the bounds and the loss are below):
+                    b               tv - t1 = t1 b k                           (measured verify passes)
                     o_base          T_B - n t1 = n o_base                      (measured baseline medians)
                     o_pass, gamma   T_S - P tv(k) - D td = P o_pass + D td gamma  (speculative medians)
-   The time equations are divided by the measured time (relative residuals): each trial then
-   weighs by its percentage error, the measure the models are judged by. o_pass + gamma k td
+   Each equation is divided by its measured time (tv, T_B, T_S: relative residuals): each trial
+   then weighs by its percentage error, the measure the models are judged by. o_pass + gamma k td
    is the trial's logged overhead_us_per_pass, up to the verify model.
    gamma: a drafted char costs more inside the loop than td, the draft's time measured alone
    (a k-char proposal timed over and over near the prompt). Likely causes, both scaling with the
@@ -35,10 +36,28 @@ c. extended     time of one generation
    different td.
    Validated leave-one-draft-out: the parameters are fitted on the other drafts' trials and
    predict the held-out draft's trials from that draft's own counters and component times.
-   Least squares is not robust: one trial whose component times were mis-measured (say a
-   draft time far from its cell's other seeds) leaves a large residual and can pull o_pass
-   and gamma far off, most of all in a leave-one-draft-out fit on two drafts; the fit table's
-   'without X' columns show how far the parameters move between folds.
+   The fit is bounded and robust (fit_extended(t), robust=True). Bounded: every parameter is
+   >= 0, which is physics (a verify pass never costs less than a 1-char pass, overheads and the
+   in-loop excess are not negative); on a noisy machine an unbounded fit returned o_base = -95 us
+   and gamma = -0.07. Robust: each of the three equations minimises sum_i rho((r_i / F_SCALE)^2)
+   with the soft-L1 loss rho(z) = 2 (sqrt(1 + z) - 1) on the relative residuals r_i, scale
+   F_SCALE = 0.01 (1% of the measured time): a residual below ~1% counts as in least squares, a
+   larger one only linearly, so one mis-measured trial (say a draft time far from its cell's
+   other seeds, which leaves a residual of tens of percent) cannot drag o_pass and gamma along.
+   (scipy.optimize.least_squares, trf, started from the bounded linear least-squares solution;
+   scipy comes with mlflow.) fit_extended(t, robust=False) is the plain, unbounded linear least
+   squares, kept as the negative control and shown beside the robust fit in the fit table.
+   Outlying trials are also flagged (flag_outliers): a trial whose component time (target pass,
+   verify pass, draft time per char, overhead per pass) lies more than OUTLIER_Z = 5 robust
+   standard deviations from its cell's median, the robust standard deviation being
+   1.4826 MAD over the cell's seeds, floored at MAD_FLOOR = 2% of the cell's median (of the
+   verify pass for the overhead, which can be near 0) so that seeds that agree to the
+   microsecond do not flag every small difference. A cell needs three seeds to flag anything.
+   Flagged trials are not dropped: they are listed, and the parameters are fitted again without
+   them to show how far they moved the fit.
+   The spread of a cell's prediction over the fits (all drafts, and each leave-one-draft-out
+   fold) is its model interval [pred_extended_lo, pred_extended_hi]: not a confidence interval,
+   but how far the prediction moves when a whole draft is left out of the fit.
 
 Every model predicts each trial from the trial's own inputs; a cell's prediction is the median
 over its seeds, compared with the cell's pooled median speedup by the absolute percentage
@@ -47,10 +66,11 @@ error APE = |predicted - measured| / measured.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+from scipy.optimize import least_squares, lsq_linear
 
 from .load import CELL, KEY
 
@@ -62,6 +82,15 @@ SEED_INPUTS = ["k", "chars_per_pass", "c"]
 CLOSED_INPUTS = ["k", "position_acceptance", "c"]
 EXTENDED_INPUTS = ["k", "target_passes", "proposed", "baseline_passes", "target_pass_us", "verify_pass_us",
                    "draft_char_us", "baseline_s_median", "speculative_s_median"]
+PARAMS = ["b", "o_pass", "gamma", "o_base"]
+
+F_SCALE = 0.01      # soft-L1 scale of the relative residuals: 1% of the measured time
+OUTLIER_Z = 5.0     # flag |x - cell median| > OUTLIER_Z robust standard deviations
+MAD_TO_SD = 1.4826  # MAD -> standard deviation of a normal distribution
+MAD_FLOOR = 0.02    # the robust standard deviation is at least 2% of the reference median
+# component time -> the column whose cell median sets the floor of its robust standard deviation
+COMPONENTS = {"target_pass_us": "target_pass_us", "verify_pass_us": "verify_pass_us",
+              "draft_char_us": "draft_char_us", "overhead_us_per_pass": "verify_pass_us"}
 
 
 def seed_formula(t: pd.DataFrame) -> pd.Series:
@@ -86,6 +115,7 @@ class Extended:
     gamma: float    # in-loop excess of a drafted char, as a fraction of the draft's own time td
     o_base: float   # us per baseline pass beyond the target pass
     trials: int     # trials the parameters were fitted on
+    robust: bool = True  # bounded soft-L1 fit; False: plain unbounded least squares
 
     def times(self, t: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
         """(T_B, T_S) in microseconds."""
@@ -100,27 +130,67 @@ class Extended:
         return baseline / speculative
 
 
-def _lstsq(a: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, int]:
-    solution, _, rank, _ = np.linalg.lstsq(a, y, rcond=None)
-    return solution, rank
+def _rank(a: np.ndarray) -> int:
+    """Rank of the design matrix with its columns scaled to unit length (the columns differ by ~1e3)."""
+    norms = np.linalg.norm(a, axis=0)
+    return int(np.linalg.matrix_rank(a / np.where(norms > 0, norms, 1.0)))
 
 
-def fit_extended(t: pd.DataFrame) -> Extended:
+def _solve(a: np.ndarray, y: np.ndarray, robust: bool) -> np.ndarray:
+    """x minimising the residuals a x - y: plain least squares, or soft-L1 (scale F_SCALE) with x >= 0."""
+    if not robust:
+        return np.linalg.lstsq(a, y, rcond=None)[0]
+    start = lsq_linear(a, y, bounds=(0, np.inf)).x
+    fit = least_squares(lambda x: a @ x - y, start, jac=lambda x: a, bounds=(0, np.inf), method="trf",
+                        loss="soft_l1", f_scale=F_SCALE, x_scale="jac", xtol=1e-12, ftol=1e-12, gtol=1e-12)
+    return np.maximum(fit.x, 0.0)  # trf keeps x inside the bounds; the clip only removes rounding
+
+
+def fit_extended(t: pd.DataFrame, robust: bool = True) -> Extended:
+    """The four parameters from the trials' counters, component times and arm medians (module docstring)."""
     k = t["k"].to_numpy(float)
     t1, td = t["target_pass_us"].to_numpy(float), t["draft_char_us"].to_numpy(float)
     n, passes, drafted = (t[c].to_numpy(float) for c in ("baseline_passes", "target_passes", "proposed"))
-    (b,), _ = _lstsq(k[:, None], t["verify_pass_us"].to_numpy(float) / t1 - 1)
+    # verify pass: tv = t1 (1 + b k), residual relative to the measured tv
+    tv = t["verify_pass_us"].to_numpy(float)
+    (b,) = _solve((t1 * k / tv)[:, None], (tv - t1) / tv, robust)
 
     t_base = t["baseline_s_median"].to_numpy(float) * 1e6
-    (o_base,), _ = _lstsq((n / t_base)[:, None], (t_base - n * t1) / t_base)
+    (o_base,) = _solve((n / t_base)[:, None], (t_base - n * t1) / t_base, robust)
 
     t_spec = t["speculative_s_median"].to_numpy(float) * 1e6
     left = t_spec - passes * t1 * (1 + b * k) - drafted * td
-    (o_pass, gamma), rank = _lstsq(np.column_stack([passes, drafted * td]) / t_spec[:, None], left / t_spec)
-    if rank < 2:
+    design = np.column_stack([passes, drafted * td]) / t_spec[:, None]
+    if _rank(design) < 2:
         log.warning("the fitted trials span one k and one draft time: the per-pass overhead and the draft's "
                     "in-loop excess cannot be told apart")
-    return Extended(float(b), float(o_pass), float(gamma), float(o_base), len(t))
+    o_pass, gamma = _solve(design, left / t_spec, robust)
+    return Extended(float(b), float(o_pass), float(gamma), float(o_base), len(t), robust)
+
+
+OUTLIER_COLUMNS = KEY + ["run_id", "component", "value", "cell median", "robust z"]
+FIT_PREFIX = "fit: "  # per-trial prediction columns of each extended fit (all drafts, each fold)
+
+
+def flag_outliers(finished: pd.DataFrame) -> pd.DataFrame:
+    """One row per (trial, component time) that disagrees with its cell's other seeds (module docstring):
+    draft, k, seed, run_id, component, value, cell median, robust z = (value - median) / robust sd."""
+    rows = []
+    present = {c: ref for c, ref in COMPONENTS.items() if c in finished.columns and ref in finished.columns}
+    for _, g in finished.groupby(CELL, sort=True):
+        if len(g) < 3:
+            continue  # with two seeds both deviate from their median by the same amount
+        for col, ref in present.items():
+            x = g[col].astype(float)
+            med = x.median()
+            sd = max(MAD_TO_SD * (x - med).abs().median(), MAD_FLOOR * abs(g[ref].astype(float).median()))
+            if not np.isfinite(sd) or sd <= 0:
+                continue
+            z = (x - med) / sd
+            for i in g.index[z.abs() > OUTLIER_Z]:
+                rows.append({**{c: g.at[i, c] for c in KEY}, "run_id": g.at[i, "run_id"] if "run_id" in g else "",
+                             "component": col, "value": x[i], "cell median": med, "robust z": z[i]})
+    return pd.DataFrame(rows, columns=OUTLIER_COLUMNS)
 
 
 def has_inputs(t: pd.DataFrame, model: str, inputs: list[str]) -> bool:
@@ -130,7 +200,7 @@ def has_inputs(t: pd.DataFrame, model: str, inputs: list[str]) -> bool:
     return not missing and len(t) > 0
 
 
-def leave_one_draft_out(t: pd.DataFrame) -> tuple[pd.Series, dict[str, Extended]]:
+def leave_one_draft_out(t: pd.DataFrame, robust: bool = True) -> tuple[pd.Series, dict[str, Extended]]:
     """Per-trial predictions of each draft's trials by a model fitted without that draft."""
     predicted = pd.Series(np.nan, index=t.index)
     fits = {}
@@ -140,39 +210,58 @@ def leave_one_draft_out(t: pd.DataFrame) -> tuple[pd.Series, dict[str, Extended]
         return predicted, fits
     for draft in drafts:
         held = t["draft"] == draft
-        fits[draft] = fit_extended(t[~held])
+        fits[draft] = fit_extended(t[~held], robust)
         predicted[held] = fits[draft].predict(t[held])
     return predicted, fits
 
 
 @dataclass
 class ModelResults:
-    trials: pd.DataFrame            # draft, k, seed and one predicted speedup column per model
-    fit: Extended | None            # fitted on every finished trial
-    held_out: dict[str, Extended]   # draft -> fit without that draft
+    trials: pd.DataFrame            # draft, k, seed, one predicted speedup column per model, and one
+                                    # per extended fit (FIT_PREFIX + all / without <draft>)
+    fit: Extended | None            # robust, fitted on every finished trial
+    held_out: dict[str, Extended]   # draft -> robust fit without that draft
+    plain: Extended | None = None   # plain least squares on every finished trial (the negative control)
+    without_flagged: Extended | None = None  # robust, without the trials flag_outliers lists
+    flagged: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=OUTLIER_COLUMNS))
 
 
 def predict_trials(finished: pd.DataFrame) -> ModelResults:
-    preds, fit, held = {}, None, {}
+    preds, fit, held, plain, clean = {}, None, {}, None, None
+    flagged = flag_outliers(finished)
     if has_inputs(finished, "seed", SEED_INPUTS):
         preds["seed"] = seed_formula(finished)
     if has_inputs(finished, "closed", CLOSED_INPUTS):
         preds["closed"] = closed_form(finished)
+    table = finished[KEY].copy()
     if has_inputs(finished, "extended", EXTENDED_INPUTS):
         fit = fit_extended(finished)
+        plain = fit_extended(finished, robust=False)
         preds["extended"] = fit.predict(finished)
         preds["held_out"], held = leave_one_draft_out(finished)
-    table = finished[KEY].copy()
+        bad = finished.set_index(KEY).index.isin(flagged.set_index(KEY).index.unique())
+        clean = fit_extended(finished[~bad]) if bad.any() and (~bad).any() else fit
     for model in MODELS:
         table[f"pred_{model}"] = preds.get(model, np.nan)
-    return ModelResults(table, fit, held)
+    if fit is not None:
+        table[FIT_PREFIX + "all"] = fit.predict(finished)
+        for draft, f in held.items():
+            table[f"{FIT_PREFIX}without {draft}"] = f.predict(finished)
+    return ModelResults(table, fit, held, plain, clean, flagged)
 
 
 def cell_predictions(trial_preds: pd.DataFrame, speedup: pd.DataFrame) -> pd.DataFrame:
-    """draft, k, measured (pooled median), min, max, and per model: pred_<m> and ape_<m> (percent)."""
-    preds = trial_preds.groupby(CELL)[[f"pred_{m}" for m in MODELS]].median().reset_index()
+    """draft, k, measured (pooled median), min, max, per model pred_<m> and ape_<m> (percent), and
+    pred_extended_lo / _hi: the lowest and highest cell prediction over the extended model's fits."""
+    fits = [c for c in trial_preds.columns if c.startswith(FIT_PREFIX)]
+    preds = trial_preds.groupby(CELL)[[f"pred_{m}" for m in MODELS] + fits].median()
+    if len(fits) > 1:  # per fit the cell's median over its seeds; then the spread over the fits
+        preds["pred_extended_lo"], preds["pred_extended_hi"] = preds[fits].min(axis=1), preds[fits].max(axis=1)
+    else:  # one fit (or none): no spread to bound the prediction with
+        preds["pred_extended_lo"] = preds["pred_extended_hi"] = np.nan
+    preds = preds.drop(columns=fits)
     cells = speedup[CELL + ["median", "min", "max"]].rename(columns={"median": "measured"})
-    cells = cells.merge(preds, on=CELL, how="outer").sort_values(CELL).reset_index(drop=True)
+    cells = cells.merge(preds.reset_index(), on=CELL, how="outer").sort_values(CELL).reset_index(drop=True)
     for m in MODELS:
         cells[f"ape_{m}"] = (cells[f"pred_{m}"] - cells["measured"]).abs() / cells["measured"] * 100
     return cells

@@ -30,8 +30,8 @@ from .cost_models import ModelResults, cell_predictions, predict_trials
 from .export import markdown, write_figure, write_table
 from .load import DEFAULT_EXPERIMENT, REPO, SweepData, connect, default_tracking_uri, load_sweep
 from .tables import (Table, acceptance_table, best_k_table, cost_by_k_table, cost_table, cpu_models,
-                     cpu_models_per_cell, exactness_table, fit_table, model_errors_table, position_table,
-                     predictions_table, speedup_table, status_table)
+                     cpu_models_per_cell, exactness_table, fit_table, model_errors_table, outliers_table,
+                     position_table, predictions_table, speedup_table, status_table)
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +72,7 @@ def build_report(data: SweepData) -> Report:
               optional(predictions_table, cells),
               optional(model_errors_table, cells),
               optional(fit_table, models),
+              optional(outliers_table, models),
               optional(best_k_table, cells),
               optional(exactness_table, finished)]
     return Report(data, status, cells, models, [t for t in tables if t is not None])
@@ -94,6 +95,14 @@ def summary(report: Report, uri: str, experiment: str) -> str:
         lines.append("Cells short of trials: " + ", ".join(
             f"{r.draft} k={r.k} ({r.finished}/{r.seeds} finished)" for r in short.itertuples()) + ".")
     lines += cpu_lines(report.data.finished)
+    per_trial: dict[tuple, list[str]] = {}
+    for _, f in report.models.flagged.iterrows():
+        per_trial.setdefault((f["draft"], f["k"], f["seed"]), []).append(
+            f"{f['component']} {f['value']:.1f} vs cell median {f['cell median']:.1f}")
+    if per_trial:
+        lines += ["", f"Flagged trials ({len(per_trial)}; component times far from their cell's other seeds: see the "
+                  "outliers table, and the fit table for the parameters without them): " + "; ".join(
+                      f"{d} k={k} seed={seed} ({', '.join(what)})" for (d, k, seed), what in per_trial.items()) + "."]
     best = next((t.df for t in report.tables if t.name == "best_k"), None)
     if best is not None and not best.empty:
         lines += ["", "Recommended k (extended cost model; measured best in brackets): " + "; ".join(

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from .aggregate import cell_medians
-from .cost_models import MODELS, ModelResults, best_k, model_errors
+from .cost_models import F_SCALE, MAD_FLOOR, MODELS, OUTLIER_Z, ModelResults, best_k, model_errors
 
 SPREAD_WARN, SPREAD_BAD, CPU_WALL_LOW = 0.10, 0.25, 0.8  # thresholds of src/harness/render.py's warnings
 
@@ -168,13 +168,30 @@ def fit_table(results: ModelResults) -> Table | None:
                "trials": "trials fitted on"}
     df = pd.DataFrame({"parameter": list(meaning), "meaning": list(meaning.values())})
     df["all drafts"] = [getattr(results.fit, p) for p in meaning]
+    if results.without_flagged is not None:
+        df["without flagged trials"] = [getattr(results.without_flagged, p) for p in meaning]
+    if results.plain is not None:
+        df["plain least squares"] = [getattr(results.plain, p) for p in meaning]
     for draft, fit in results.held_out.items():
         df[f"without {draft}"] = [getattr(fit, p) for p in meaning]
     formats = {c: ".4g" for c in df.columns[2:]}
     return Table("extended_fit", "Extended cost model: fitted parameters", df, formats,
-                 "T_B = n (t1 + o_base); T_S = P (t1 (1 + b k) + o_pass) + D td (1 + gamma); least squares on "
-                 "relative residuals, parameters shared by all drafts. 'without X': fitted leaving draft X out "
-                 "(used for its held-out predictions).")
+                 "T_B = n (t1 + o_base); T_S = P (t1 (1 + b k) + o_pass) + D td (1 + gamma); parameters shared by "
+                 "all drafts, bounded >= 0, fitted with a soft-L1 loss on the relative residuals (scale "
+                 f"{F_SCALE:.0%} of the measured time), so one mis-measured trial weighs little. 'without flagged "
+                 "trials': the same fit without the trials of the outliers table; 'plain least squares': unbounded, "
+                 "not robust, for comparison only; 'without X': fitted leaving draft X out (used for its held-out "
+                 "predictions).")
+
+
+def outliers_table(results: ModelResults) -> Table:
+    df = results.flagged.rename(columns={"component": "component time"})
+    return Table("outliers", "Flagged trials: component times far from their cell's other seeds", df,
+                 {"value": ".1f", "cell median": ".1f", "robust z": ".1f"},
+                 f"A trial's component time is flagged when |value - cell median| > {OUTLIER_Z:g} x 1.4826 x MAD "
+                 f"over the cell's seeds (the MAD term floored at {MAD_FLOOR:.0%} of the cell's median; of its "
+                 "verify pass for the overhead per pass); cells need three seeds. Flagged trials stay in every "
+                 "table; the fit table shows the parameters without them.")
 
 
 def recommendation(best: pd.Series, predicted: float) -> str:

@@ -16,11 +16,20 @@ The grid is drafts x K x SEEDS with holes: one FAILED trial, a cell with no fini
 params. Older sweeps in the same experiment check that "latest" picks the newest and that
 a sweep with one trial, with no trial or with no finished trial is handled. Every trial
 carries the `cpu_model` and `host` tags of one machine.
+
+Noisy sweeps (`Noise`, `noisy_frames`, `plant_noisy_sweeps`) draw each pair's arm times with
+heavy-tailed relative scatter (Student-t), the component times with a small normal scatter,
+and can corrupt one trial's draft time (logged x factor, as a mis-measurement would be: the
+speculative arm ran at the true speed); they may plant other parameters (`Truth`) and tag
+trials with several CPU models.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
 
 from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
@@ -51,6 +60,27 @@ SPEC_EPS = (0.006, -0.004, 0.0, 0.009, -0.007)
 
 CPU = ("Planted CPU A @ 2.0GHz", "host-a")  # (cpu_model, host) tags of every trial of plant_sweeps
 
+
+@dataclass(frozen=True)
+class Truth:
+    """The planted time model's parameters (microseconds; b and gamma are fractions)."""
+    b: float = B_SLOPE
+    o_pass: float = O_PASS
+    gamma: float = GAMMA
+    o_base: float = O_BASE
+
+
+@dataclass(frozen=True)
+class Noise:
+    """Seeded measurement noise of a planted sweep."""
+    seed: int
+    arm: float = 0.03           # scale of the Student-t relative scatter of each arm's time in each pair
+    df: float = 2.0             # its degrees of freedom (2: infinite variance)
+    component: float = 0.01     # sd of the normal relative scatter of t1, tv and td
+    corrupt: tuple | None = ("int8", 8, 2)  # the trial whose draft time is logged x corrupt_factor
+    corrupt_factor: float = 1.8
+
+
 FAILED_KEYS = {("int8", 2, 1): "FAILED", ("int4", 8, 0): "FAILED", ("int4", 8, 1): "RUNNING"}
 NEVER_RUN = {("int4", 8, 2)}
 REDONE = ("bigram", 4, 1)  # a FAILED run, then a FINISHED one
@@ -70,7 +100,8 @@ def expected_chars_per_pass(a: float, k: int) -> float:
     return (1 - a ** (k + 1)) / (1 - a)
 
 
-def trial_metrics(draft: str, k: int, seed: int) -> tuple[dict, list[float], list[float]]:
+def trial_metrics(draft: str, k: int, seed: int, truth: Truth = Truth(),
+                  noise: Noise | None = None) -> tuple[dict, list[float], list[float]]:
     """Metrics of one planted trial and its per-pair (baseline, speculative) seconds."""
     a0, t_draft = DRAFTS[draft]
     a = a0 + 0.01 * (seed - 1)
@@ -78,12 +109,22 @@ def trial_metrics(draft: str, k: int, seed: int) -> tuple[dict, list[float], lis
     passes = round(N_CHARS / expected_chars_per_pass(a, k))
     proposed = k * passes
     accepted = N_CHARS - passes
-    verify = t1 * (1 + B_SLOPE * k)
-    base_s = N_CHARS * (t1 + O_BASE) * 1e-6
-    spec_s = (passes * (verify + O_PASS) + proposed * t_draft * (1 + GAMMA)) * 1e-6
-    rot = (seed + k) % PAIRS  # a different pairing of offsets in every trial
-    base = [base_s * (1 + BASE_EPS[(i + rot) % PAIRS]) for i in range(PAIRS)]
-    spec = [spec_s * (1 + SPEC_EPS[(i + 2 * rot) % PAIRS]) for i in range(PAIRS)]
+    verify = t1 * (1 + truth.b * k)
+    base_s = N_CHARS * (t1 + truth.o_base) * 1e-6
+    spec_s = (passes * (verify + truth.o_pass) + proposed * t_draft * (1 + truth.gamma)) * 1e-6
+    if noise is None:
+        rot = (seed + k) % PAIRS  # a different pairing of offsets in every trial
+        base = [base_s * (1 + BASE_EPS[(i + rot) % PAIRS]) for i in range(PAIRS)]
+        spec = [spec_s * (1 + SPEC_EPS[(i + 2 * rot) % PAIRS]) for i in range(PAIRS)]
+    else:  # heavy-tailed arm times; the trial's medians are those of its pairs, as the harness logs them
+        rng = np.random.default_rng([noise.seed, list(DRAFTS).index(draft), k, seed])
+        scatter = np.clip(noise.arm * rng.standard_t(noise.df, size=(2, PAIRS)), -0.5, None)  # no time <= 0
+        base = list(base_s * (1 + scatter[0]))
+        spec = list(spec_s * (1 + scatter[1]))
+        base_s, spec_s = float(np.median(base)), float(np.median(spec))
+        t1, verify, t_draft = (x * (1 + noise.component * rng.standard_normal()) for x in (t1, verify, t_draft))
+        if (draft, k, seed) == noise.corrupt:
+            t_draft *= noise.corrupt_factor
     ratios = sorted(b / s for b, s in zip(base, spec))
     c = t_draft / t1
     m = {
@@ -120,8 +161,8 @@ def trial_metrics(draft: str, k: int, seed: int) -> tuple[dict, list[float], lis
     return m, base, spec
 
 
-def true_speedup(draft: str, k: int, seed: int = 1) -> float:
-    m, _, _ = trial_metrics(draft, k, seed)
+def true_speedup(draft: str, k: int, seed: int = 1, truth: Truth = Truth()) -> float:
+    m, _, _ = trial_metrics(draft, k, seed, truth)
     return m["baseline_s_median"] / m["speculative_s_median"]
 
 
@@ -203,3 +244,56 @@ def plant_sweeps(tmp_dir) -> Planted:
 
 def closed_form(a: float, k: int, c: float) -> float:
     return (1 - a ** (k + 1)) / ((1 - a) * (1 + k * c)) if not math.isclose(a, 1) else (k + 1) / (1 + k * c)
+
+
+# --- noisy sweeps --------------------------------------------------------------------------------
+
+def noisy_trials(truth: Truth, noise: Noise | None, drafts=tuple(DRAFTS), ks=K, seeds=SEEDS) -> dict:
+    """(draft, k, seed) -> (metrics, pair ratios) of every trial of a full grid (noise None: exact medians)."""
+    out = {}
+    for key in ((d, k, s) for d in drafts for k in ks for s in seeds):
+        m, base, spec = trial_metrics(*key, truth=truth, noise=noise)
+        out[key] = (m, [b / s for b, s in zip(base, spec)])
+    return out
+
+
+START = pd.Timestamp(1_700_000_000, unit="s", tz="UTC")  # start time of the frames' runs
+
+
+def noisy_frames(truth: Truth, noise: Noise | None, **grid) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(finished trials, pairs) frames in analysis.load's shapes, without a store: for fits on many seeds."""
+    trials, pairs = [], []
+    for (d, k, s), (m, ratios) in noisy_trials(truth, noise, **grid).items():
+        run_id = f"{d}-{k}-{s}"
+        trials.append({"run_id": run_id, "status": "FINISHED", "start_time": START, "draft": d, "k": k, "seed": s,
+                       "cpu_model": CPU[0], "host": CPU[1], **m})
+        pairs += [(d, k, s, run_id, i, r) for i, r in enumerate(ratios)]
+    return pd.DataFrame(trials), pd.DataFrame(pairs, columns=["draft", "k", "seed", "run_id", "pair", "ratio"])
+
+
+@dataclass
+class PlantedNoisy:
+    uri: str
+    experiment: str
+    sweep_ids: list
+    trials: dict = field(default_factory=dict)   # sweep_id -> {(draft, k, seed): (metrics, ratios)}
+
+
+def plant_noisy_sweeps(tmp_dir, sweeps: dict, experiment: str = "specsweep-noisy") -> PlantedNoisy:
+    """Write noisy sweeps into a fresh store: sweep_id -> dict(truth=, noise=, cpus=, grid...).
+
+    `cpus` maps (draft, k, seed) -> (cpu_model, host) for trials that ran elsewhere than CPU."""
+    uri = f"sqlite:///{tmp_dir}/mlflow.db"
+    client = MlflowClient(uri)
+    exp_id = client.create_experiment(experiment, artifact_location=(tmp_dir / "artifacts").as_uri())
+    w = _Writer(client, exp_id)
+    out = PlantedNoisy(uri, experiment, list(sweeps))
+    for sweep_id, spec in sweeps.items():
+        spec = dict(spec)
+        truth, noise, cpus = spec.pop("truth", Truth()), spec.pop("noise"), spec.pop("cpus", {})
+        parent = w.parent(sweep_id, sweep_id)
+        out.trials[sweep_id] = noisy_trials(truth, noise, **spec)
+        for key, (m, ratios) in out.trials[sweep_id].items():
+            w.trial(parent, sweep_id, key, "FINISHED", m, {"speedup_pair": ratios}, cpu=cpus.get(key, CPU))
+        client.set_terminated(parent, "FINISHED")
+    return out
