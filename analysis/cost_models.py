@@ -279,19 +279,27 @@ def model_errors(cells: pd.DataFrame) -> pd.DataFrame:
 
 def best_k(cells: pd.DataFrame) -> pd.DataFrame:
     """Per draft: the k with the highest measured median speedup, whether it is clear (its [min, max]
-    lies above every other k's), and the k each model picks."""
+    lies above every other k's), and the k each model picks among the measured k (among the predicted
+    k for a draft without pair timings, whose measured columns are then blank)."""
     rows = []
     for draft, g in cells.groupby("draft", sort=True):
-        g = g.dropna(subset=["measured"])
-        if g.empty:
-            continue
-        best = g.loc[g["measured"].idxmax()]
-        others = g[g["k"] != best["k"]]
-        clear = "" if others.empty else "yes" if (others["max"] < best["min"]).all() else "no"
-        row = {"draft": draft, "measured best k": int(best["k"]), "measured": best["measured"],
-               "min": best["min"], "max": best["max"], "clear": clear}
+        measured = g.dropna(subset=["measured"])
+        row = {"draft": draft, "measured best k": pd.NA, "measured": np.nan, "min": np.nan, "max": np.nan,
+               "clear": ""}
+        if len(measured):
+            best = measured.loc[measured["measured"].idxmax()]
+            others = measured[measured["k"] != best["k"]]
+            row |= {"measured best k": int(best["k"]), "measured": best["measured"], "min": best["min"],
+                    "max": best["max"], "clear": "" if others.empty else
+                    "yes" if (others["max"] < best["min"]).all() else "no"}
+        pool = measured if len(measured) else g
         for m in MODELS:
-            preds = g[f"pred_{m}"].dropna()
-            row[f"{m} best k"] = int(g.loc[preds.idxmax(), "k"]) if len(preds) else pd.NA
-        rows.append(row)
-    return pd.DataFrame(rows)
+            preds = pool[f"pred_{m}"].dropna()
+            row[f"{m} best k"] = int(pool.loc[preds.idxmax(), "k"]) if len(preds) else pd.NA
+        if len(measured) or any(not pd.isna(row[f"{m} best k"]) for m in MODELS):
+            rows.append(row)
+    df = pd.DataFrame(rows)
+    for col in ["measured best k"] + [f"{m} best k" for m in MODELS]:
+        if col in df:
+            df[col] = df[col].astype("Int64")
+    return df

@@ -63,6 +63,7 @@ def build_report(data: SweepData) -> Report:
     speedup = pooled_speedup(data.pairs)
     models = predict_trials(finished)
     cells = cell_predictions(models.trials, speedup)
+    cells = cells.merge(cpu_models_per_cell(finished).rename("cpu_models").reset_index(), on=["draft", "k"], how="left")
     tables = [status_table(status),
               optional(acceptance_table, finished),
               optional(position_table, finished),
@@ -105,10 +106,11 @@ def summary(report: Report, uri: str, experiment: str) -> str:
                       f"{d} k={k} seed={seed} ({', '.join(what)})" for (d, k, seed), what in per_trial.items()) + "."]
     best = next((t.df for t in report.tables if t.name == "best_k"), None)
     if best is not None and not best.empty:
-        lines += ["", "Recommended k (extended cost model; measured best in brackets): " + "; ".join(
-            f"{r['draft']}: {r['recommendation']} [measured {r['measured best k']}, {r['measured median']:.2f}x"
-            f"{', not clear of the other k' if r['clear'] == 'no' else ''}]"
-            for _, r in best.iterrows()) + "."]
+        lines += ["", "Recommendations (speculate only where a measured pooled range lies above 1):"]
+        lines += [f"- {r['draft']}: {r['recommendation']}"
+                  f"{'; the best measured k is not clear of the others (ranges overlap)' if r['clear'] == 'no' else ''}"
+                  "."
+                  for _, r in best.iterrows()]
     return "\n".join(lines) + "\n"
 
 

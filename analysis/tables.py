@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from .aggregate import cell_medians
-from .cost_models import F_SCALE, MAD_FLOOR, MODELS, OUTLIER_Z, ModelResults, best_k, model_errors
+from .cost_models import F_SCALE, MAD_FLOOR, OUTLIER_Z, ModelResults, best_k, model_errors
 
 SPREAD_WARN, SPREAD_BAD, CPU_WALL_LOW = 0.10, 0.25, 0.8  # thresholds of src/harness/render.py's warnings
 
@@ -194,30 +194,83 @@ def outliers_table(results: ModelResults) -> Table:
                  "table; the fit table shows the parameters without them.")
 
 
-def recommendation(best: pd.Series, predicted: float) -> str:
-    k = best["extended best k"]
-    if pd.isna(k):
-        return ""
-    if predicted < 1:
-        return f"do not speculate (best predicted {predicted:.2f}x)"
-    return f"k = {k}"
+def where_1(lo: float, hi: float) -> str:
+    """Where an interval lies with respect to 1 (no change)."""
+    if lo > 1:
+        return "lies above 1"
+    if hi < 1:
+        return "lies below 1"
+    return "straddles 1"
+
+
+def recommendation(g: pd.DataFrame) -> str:
+    """One draft's cells -> what to do, with the reason. "speculate with k = K" only where the cell's
+    measured pooled [min, max] lies above 1, or, for a draft without pair timings, where the extended
+    model's spread over its fits does; otherwise "not demonstrated" and why. Where the model's best k
+    is not the recommended (or best measured) k, the text says what that k measured; a cell whose pairs
+    come from several CPU models (column cpu_models, where present) says so."""
+    g = g.assign(**{c: g[c] if c in g else np.nan for c in ("pred_extended", "pred_extended_lo",
+                                                             "pred_extended_hi")})
+    measured = g.dropna(subset=["measured"])
+    if measured.empty:
+        model = g.dropna(subset=["pred_extended"])
+        if model.empty:
+            return "not demonstrated: no pair timings and no model prediction"
+        above = model[model["pred_extended_lo"] > 1]
+        if len(above):
+            r = above.loc[above["pred_extended"].idxmax()]
+            return (f"speculate with k = {int(r['k'])} (not measured: the extended model predicts "
+                    f"{r['pred_extended']:.2f}x, {r['pred_extended_lo']:.2f}-{r['pred_extended_hi']:.2f} "
+                    "over its fits)")
+        r = model.loc[model["pred_extended"].idxmax()]
+        spread = ("with no other fit to bound it" if pd.isna(r["pred_extended_lo"]) else
+                  f"{r['pred_extended_lo']:.2f}-{r['pred_extended_hi']:.2f} over its fits, which "
+                  + where_1(r["pred_extended_lo"], r["pred_extended_hi"]))
+        return (f"not demonstrated: no pair timings; the extended model's best k = {int(r['k'])} is predicted "
+                f"{r['pred_extended']:.2f}x, {spread}")
+
+    def measured_text(r: pd.Series) -> str:
+        slower = ": a slowdown" if r["max"] < 1 else ""
+        mixed = f", pairs pooled over {int(r['cpu_models'])} CPU models" if r.get("cpu_models", 1) > 1 else ""
+        return (f"{r['measured']:.2f}x, range {r['min']:.2f}-{r['max']:.2f} {where_1(r['min'], r['max'])}"
+                f"{slower}{mixed}")
+
+    top = measured.loc[measured["measured"].idxmax()]
+    shown = measured[measured["min"] > 1]
+    notes = []
+    if len(shown):
+        pick = shown.loc[shown["measured"].idxmax()]
+        text = f"speculate with k = {int(pick['k'])} (measured {measured_text(pick)})"
+        if pick["k"] != top["k"]:
+            notes.append(f"k = {int(top['k'])} measured a higher median, {measured_text(top)}")
+    else:
+        pick = top
+        text = f"not demonstrated: best measured k = {int(top['k'])}, {measured_text(top)}"
+    model = measured.dropna(subset=["pred_extended"])
+    if len(model):
+        m = model.loc[model["pred_extended"].idxmax()]
+        if m["k"] != pick["k"]:
+            notes.append(f"the extended model's best k = {int(m['k'])} (predicted {m['pred_extended']:.2f}x) "
+                         f"measured {measured_text(m)}")
+    return "; ".join([text] + notes)
 
 
 def best_k_table(cells: pd.DataFrame) -> Table:
     df = best_k(cells)
     if df.empty:
         return Table("best_k", "Best k", df)
-    pred = cells.set_index(["draft", "k"])["pred_extended"]
-    df["model agrees"] = ["" if pd.isna(m) else "yes" if m == k else "no"
+    df["model agrees"] = ["" if pd.isna(m) or pd.isna(k) else "yes" if m == k else "no"
                           for m, k in zip(df["extended best k"], df["measured best k"])]
-    df["recommendation"] = [recommendation(row, pred.get((row["draft"], row["extended best k"]), np.nan))
-                            for _, row in df.iterrows()]
+    df["recommendation"] = [recommendation(cells[cells["draft"] == d]) for d in df["draft"]]
     df = df.rename(columns={"measured": "measured median", "held_out best k": "held-out best k",
                             "seed best k": "seed formula best k", "closed best k": "closed form best k"})
     return Table("best_k", "Best k per draft", df, {"measured median": ".2f", "min": ".2f", "max": ".2f"},
                  "Measured best k: highest pooled median speedup among the measured k; clear: its min-max range "
-                 "lies above every other k's range; model best k: highest prediction over the same k. The "
-                 f"recommendation follows the {MODELS['extended']} model.")
+                 "lies above every other k's range; model best k: highest prediction over the same k. "
+                 "Recommendation: speculate only with a k whose measured pooled [min, max] lies above 1 (the "
+                 "highest median among those); a draft without pair timings only where the extended model's "
+                 "spread over its fits (all drafts, each draft left out) lies above 1. Otherwise not "
+                 "demonstrated, with the reason; where the model prefers another k, what that k measured.")
 
 
 def exactness_table(finished: pd.DataFrame) -> Table | None:

@@ -277,8 +277,9 @@ def test_best_k_from_the_model_matches_the_measured_best_k(report):
         assert best.loc[draft, "model agrees"] == "yes"
     assert (best["clear"] == "yes").all()
     assert best.loc["bigram", "seed formula best k"] == 4  # fooled by the missing overheads
-    assert best.loc["bigram", "recommendation"] == "k = 2"
-    assert best.loc["int8", "recommendation"].startswith("do not speculate")
+    assert best.loc["bigram", "recommendation"] == "speculate with k = 2 (measured 1.23x, range 1.21-1.26 lies above 1)"
+    assert best.loc["int8", "recommendation"] == ("not demonstrated: best measured k = 1, 0.81x, range 0.79-0.83 "
+                                                  "lies below 1: a slowdown")
 
 
 def test_best_k_is_not_clear_when_ranges_overlap():
@@ -310,7 +311,12 @@ def test_trials_without_pair_histories_leave_gaps_not_crashes(data, tmp_path):
     speed = table(rep, "speedup")
     assert pd.isna(row(speed, draft="int8", k=4)["median"]) and row(speed, draft="int8", k=4)["verdict"] == ""
     assert row(speed, draft="bigram", k=1)["pairs"] == 2 * fx.PAIRS
-    assert set(table(rep, "best_k")["draft"]) == {"bigram", "int4"}
+    best = table(rep, "best_k").set_index("draft")
+    assert set(best.index) == {"bigram", "int4", "int8"}
+    # int8 has no pair timings: no measured best k; the model alone, and it predicts a slowdown
+    assert pd.isna(best.loc["int8", "measured best k"]) and best.loc["int8", "extended best k"] == 1
+    assert best.loc["int8", "recommendation"].startswith("not demonstrated: no pair timings; the extended "
+                                                         "model's best k = 1 is predicted 0.81x")
     assert table(rep, "model_errors")["cells"].tolist() == [7, 7, 7, 7]
     write_outputs(rep, "text", tmp_path)
     assert (tmp_path / "speedup_vs_k.png").exists()
@@ -329,9 +335,10 @@ def test_report_writes_every_table_and_figure_and_logs_them(planted, tmp_path, c
     stdout = capsys.readouterr().out
     assert stdout.startswith(f"# Sweep paper ({fx.SWEEP_ID})")
     assert "32 finished, 3 failed, 4 missing" in stdout
-    assert "| bigram | 2 | 1.23 | 1.21 | 1.26 | yes | 4 | 4 | 2 | 2 | yes | k = 2 |" in stdout
+    assert ("| bigram | 2 | 1.23 | 1.21 | 1.26 | yes | 4 | 4 | 2 | 2 | yes | "
+            "speculate with k = 2 (measured 1.23x, range 1.21-1.26 lies above 1) |") in stdout
     names = ["status", "acceptance", "acceptance_by_position", "speedup", "cost", "cost_by_k",
-             "predicted_vs_measured", "model_errors", "extended_fit", "best_k", "exactness"]
+             "predicted_vs_measured", "model_errors", "extended_fit", "outliers", "best_k", "exactness"]
     for name in names:
         for suffix in (".md", ".csv", ".tex"):
             assert (out / f"{name}{suffix}").stat().st_size > 0, name + suffix
