@@ -1,18 +1,25 @@
-"""Render tables as Markdown, CSV and LaTeX, and write files atomically.
+"""Render tables as Markdown, CSV and LaTeX, and write files and folders atomically.
 
 CSV keeps full precision (it is for further analysis); Markdown and LaTeX use each table's
 number formats (they are for reading). Every file is written to a temporary name and renamed,
-so a crash never leaves a half-written table under the real name.
+so a crash never leaves a half-written table under the real name; a whole report folder is
+written into a temporary sibling folder and swapped in with renames (atomic_folder), so no
+stale file of an older report survives and a crash mid-report leaves the old folder whole.
 """
 from __future__ import annotations
 
 import io
+import os
+import shutil
+import uuid
+from contextlib import contextmanager
 from pathlib import Path
 
 import pandas as pd
 from pandas.api.types import is_numeric_dtype
 
 from src.engine.atomic import write_bytes, write_text
+from src.engine.errors import SpecsweepError
 
 from .tables import Table
 
@@ -85,3 +92,45 @@ def write_figure(fig, out_dir: Path, stem: str) -> list[Path]:
         write_bytes(path, buf.getvalue())
         paths.append(path)
     return paths
+
+
+MARKER = "report.md"  # a folder holding this is a report folder, which atomic_folder may replace
+
+
+def _sibling(path: Path, what: str) -> Path:
+    """A fresh hidden name next to `path` (`*.tmp`: ignored by git)."""
+    return path.with_name(f".{path.name}.{what}-{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
+
+
+@contextmanager
+def atomic_folder(path: str | Path, marker: str = MARKER):
+    """Yield an empty temporary folder next to `path`; when the block succeeds, it replaces `path`.
+
+    The swap is two renames: the old folder to a hidden sibling name, the new one onto `path`; then
+    the old one is deleted. If the block raises, `path` is untouched and the temporary folder is
+    removed. Between the two renames (microseconds) `path` is absent; a crash just there leaves the
+    old report whole under the hidden `.<name>.old-*.tmp` name. An existing non-empty folder without
+    `marker` is not a report folder: it is refused rather than replaced (say, --out pointing at $HOME).
+    """
+    path = Path(os.path.abspath(path))  # normalised: the name of "out/.." is that of out's parent, not ".."
+    if path.exists() and (not path.is_dir() or (any(path.iterdir()) and not (path / marker).is_file())):
+        raise SpecsweepError(f"{path} exists and is not a report folder (no {marker}): refusing to replace it")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _sibling(path, "new")
+    tmp.mkdir()
+    try:
+        yield tmp
+        if path.exists():
+            old = _sibling(path, "old")
+            os.rename(path, old)
+            try:
+                os.rename(tmp, path)
+            except BaseException:
+                os.rename(old, path)  # put the old report back
+                raise
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(tmp, path)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)

@@ -6,8 +6,11 @@
 
 Prints the tables as Markdown; writes each as Markdown, CSV and LaTeX, the figures as PNG and
 SVG, and report.md into --out (default results/<sweep_id>/), then logs that folder as the
-artifacts "analysis/" of the sweep's parent run. Bad input (no store, no such sweep, no
-finished trial) ends with one line on stderr and exit status 2.
+artifacts "analysis/" of the sweep's parent run. The folder is replaced as a whole: everything
+is written into a temporary sibling folder that is then renamed into place, so no file of an
+older report of the sweep survives, and a crash mid-report leaves the old report whole. An
+existing --out folder that holds no report.md is refused, not replaced. Bad input (no store, no
+such sweep, no finished trial) ends with one line on stderr and exit status 2.
 """
 from __future__ import annotations
 
@@ -27,7 +30,7 @@ from src.engine.errors import SpecsweepError
 from . import figures
 from .aggregate import pooled_speedup, trial_status
 from .cost_models import ModelResults, cell_predictions, predict_trials
-from .export import markdown, write_figure, write_table
+from .export import atomic_folder, markdown, write_figure, write_table
 from .load import DEFAULT_EXPERIMENT, REPO, SweepData, connect, default_tracking_uri, load_sweep
 from .tables import (Table, acceptance_table, best_k_table, cost_by_k_table, cost_table, cpu_models,
                      cpu_models_per_cell, exactness_table, fit_table, model_errors_table, outliers_table,
@@ -140,7 +143,12 @@ def render(report: Report, uri: str, experiment: str) -> str:
 
 
 def write_outputs(report: Report, text: str, out_dir: Path) -> None:
-    out_dir.mkdir(parents=True, exist_ok=True)
+    """Every table, report.md and the figures into `out_dir`, replaced as a whole (export.atomic_folder)."""
+    with atomic_folder(out_dir) as tmp:
+        write_files(report, text, tmp)
+
+
+def write_files(report: Report, text: str, out_dir: Path) -> None:
     for table in report.tables:
         write_table(table, out_dir)
     write_text(out_dir / "report.md", text)
