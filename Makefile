@@ -7,6 +7,7 @@ SWEEP  ?= paper
 
 .DEFAULT_GOAL := help
 .PHONY: help setup run sweep ui analyze test bench bench-sweep clean-outputs
+.PHONY: setup-cluster tracking-server tracking-server-stop ray-up ray-down
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -18,6 +19,12 @@ $(VENV)/.installed: requirements.txt
 	touch $@
 
 setup: $(VENV)/.installed ## create .venv/ and install the pinned requirements
+
+$(VENV)/.installed-cluster: $(VENV)/.installed requirements-cluster.txt
+	$(PY) -m pip install --quiet -r requirements-cluster.txt
+	touch $@
+
+setup-cluster: $(VENV)/.installed-cluster ## add the optional cluster extra (Ray, submitit, PostgreSQL driver) to .venv/
 
 run: $(VENV)/.installed ## one trial on the defaults (draft=int8 k=4); more overrides: make run ARGS="draft=bigram k=8"
 	$(PY) -m src.run $(ARGS)
@@ -39,6 +46,18 @@ bench: $(VENV)/.installed ## print the benchmark tables (loop overhead, quantize
 
 bench-sweep: $(VENV)/.installed ## the paper sweep at n_jobs=1 and 2: timing agreement, harness overhead, wall ratio
 	$(PY) -m src.harness.bench_sweep --sweep $(SWEEP) $(ARGS)
+
+tracking-server: $(VENV)/.installed-cluster ## MLflow server on PostgreSQL, both on 127.0.0.1, data in .cluster/ (ARGS="--port 5001 --pg-port 5433")
+	$(PY) -m src.harness.servers tracking-up $(ARGS)
+
+tracking-server-stop: $(VENV)/.installed ## stop what `make tracking-server` started
+	$(PY) -m src.harness.servers tracking-down
+
+ray-up: $(VENV)/.installed-cluster ## a Ray head on 127.0.0.1:6379, logs in .cluster/ray (ARGS="--workers 1 --num-cpus 1")
+	$(PY) -m src.harness.servers ray-up $(ARGS)
+
+ray-down: $(VENV)/.installed ## stop what `make ray-up` started
+	$(PY) -m src.harness.servers ray-down
 
 clean-outputs: ## delete Hydra's per-run output folders (outputs/)
 	rm -rf outputs
