@@ -68,9 +68,13 @@ def check_launcher(config: DictConfig, uri: str) -> None:
         except ImportError as e:
             raise SpecsweepError(f"the {name} launcher needs the cluster extra ({e.name} is missing): "
                                  "make setup-cluster") from None
-    if name == "RayLauncher" and not config.hydra.launcher.ray.init.get("address"):
-        raise SpecsweepError("hydra/launcher=ray connects to a running Ray cluster: set RAY_ADDRESS "
-                             "(make ray-up prints it)")
+    if name == "RayLauncher":
+        address = config.hydra.launcher.ray.init.get("address")
+        if not address:
+            raise SpecsweepError("hydra/launcher=ray connects to a running Ray cluster: set RAY_ADDRESS "
+                                 "(make ray-up prints it)")
+        from .ray_launcher import prepare_driver
+        prepare_driver(str(address))
 
 
 def _hms(seconds: float) -> str:

@@ -1,47 +1,54 @@
-"""hydra-ray-launcher's launcher, with one change: a job whose Ray worker died does not end
-the sweep. The plugin gathers results with `ray.get` job after job, so the first lost worker
-raised in the driver and Ray then cancelled every other job of the sweep. Here each job's
-outcome is gathered on its own; a lost one is logged and handed to Hydra as a job that
-returned nothing (as a job whose trial failed does: Hydra's sweeper would otherwise re-raise
-it and skip on_multirun_end). The sweep's counts and exit status come, as always, from the
-runs on the tracking server, where the parent marks the lost job's run FAILED.
+"""Two adjustments to hydra-ray-launcher 1.2.2, made in the sweep's parent when it uses Ray.
+
+1. A job whose Ray worker died must not end the sweep. The plugin gathers results with
+   `ray.get` job after job, so the first lost worker raised in the driver, Hydra skipped the
+   rest of the sweep and Ray cancelled every other job. Hydra accepts launchers only from the
+   `hydra_plugins` package, so instead of a launcher of our own the plugin's module gets a
+   `ray` whose `get` hands a lost job to Hydra as a job that returned nothing (as a job whose
+   trial failed does). The sweep's counts and exit status come, as always, from the runs on
+   the tracking server, where the parent marks the lost job's run FAILED.
+2. A driver connecting to a loopback cluster needs RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, or
+   Ray swaps 127.0.0.1 for the host's routable address and retries forever
+   (src/harness/servers.py keeps its nodes on loopback the same way).
 """
 from __future__ import annotations
 
+import ipaddress
 import logging
-from pathlib import Path
-from typing import Sequence
-
-from hydra.core.singleton import Singleton
-from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, setup_globals
-from hydra_plugins.hydra_ray_launcher import ray_launcher
-from omegaconf import open_dict
+import os
 
 log = logging.getLogger(__name__)
 
 
-class RayLauncher(ray_launcher.RayLauncher):
-    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        import ray
-        from hydra_plugins.hydra_ray_launcher._launcher_util import launch_job_on_ray, start_ray
-        setup_globals()
-        configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
-        log.info("Ray launcher: %d jobs on the cluster at %s", len(job_overrides), self.ray_cfg.init.get("address"))
-        start_ray(self.ray_cfg.init)
-        runs = []
-        for idx, overrides in enumerate(job_overrides, start=initial_job_idx):
-            log.info("\t#%d : %s", idx, " ".join(filter_overrides(overrides)))
-            sweep_config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
-            with open_dict(sweep_config):
-                sweep_config.hydra.job.id = f"job_id_for_{idx}"
-                sweep_config.hydra.job.num = idx
-            runs.append((idx, launch_job_on_ray(self.hydra_context, self.ray_cfg.remote, sweep_config,
-                                                self.task_function, Singleton.get_state())))
-        results = []
-        for idx, ref in runs:
-            try:
-                results.append(ray.get(ref))
-            except Exception as e:  # the worker died (or Ray lost the task): this job alone failed
-                log.error("job #%d was lost on the cluster: %s", idx, str(e).splitlines()[0][:300])
-                results.append(JobReturn(status=JobStatus.COMPLETED, _return_value=None))
-        return results
+class _TolerantRay:
+    """The `ray` module, but `get` of one job's result never raises."""
+
+    def __init__(self, ray) -> None:
+        self._ray = ray
+
+    def __getattr__(self, name):
+        return getattr(self._ray, name)
+
+    def get(self, ref, *args, **kwargs):
+        from hydra.core.utils import JobReturn, JobStatus
+        try:
+            return self._ray.get(ref, *args, **kwargs)
+        except self._ray.exceptions.RayError as e:  # its worker died, or Ray lost the task
+            log.error("a job was lost on the cluster: %s", str(e).splitlines()[0][:300])
+            return JobReturn(status=JobStatus.COMPLETED, _return_value=None)
+
+
+def _is_loopback(address: str) -> bool:
+    host = address.rsplit(":", 1)[0].strip("[]")
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def prepare_driver(address: str) -> None:
+    from hydra_plugins.hydra_ray_launcher import _core
+    if not isinstance(_core.ray, _TolerantRay):
+        _core.ray = _TolerantRay(_core.ray)
+    if _is_loopback(address):
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
