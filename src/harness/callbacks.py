@@ -61,6 +61,13 @@ def check_launcher(config: DictConfig, uri: str) -> None:
         raise SpecsweepError(f"the {name} launcher runs trials on other hosts, which cannot reach the host-local "
                              f"store {uri}: use a tracking server (make tracking-server; "
                              "MLFLOW_TRACKING_URI=http://...)")
+    if name == "RayLauncher":
+        address = config.hydra.launcher.ray.init.get("address")
+        if not address:
+            raise SpecsweepError("hydra/launcher=ray connects to a running Ray cluster: set RAY_ADDRESS "
+                                 "(make ray-up prints it)")
+        from .ray_launcher import keep_loopback
+        keep_loopback(str(address))            # before Ray is imported: it reads the setting then
     module = str(config.hydra.launcher.get("_target_", "")).rsplit(".", 1)[0]
     if module:
         try:
@@ -69,12 +76,8 @@ def check_launcher(config: DictConfig, uri: str) -> None:
             raise SpecsweepError(f"the {name} launcher needs the cluster extra ({e.name} is missing): "
                                  "make setup-cluster") from None
     if name == "RayLauncher":
-        address = config.hydra.launcher.ray.init.get("address")
-        if not address:
-            raise SpecsweepError("hydra/launcher=ray connects to a running Ray cluster: set RAY_ADDRESS "
-                                 "(make ray-up prints it)")
-        from .ray_launcher import prepare_driver
-        prepare_driver(str(address))
+        from .ray_launcher import tolerate_lost_workers
+        tolerate_lost_workers()
 
 
 def _hms(seconds: float) -> str:

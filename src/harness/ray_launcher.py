@@ -46,9 +46,13 @@ def _is_loopback(address: str) -> bool:
         return False
 
 
-def prepare_driver(address: str) -> None:
+def keep_loopback(address: str) -> None:
+    """Call before Ray is imported (it reads the setting at import)."""
+    if _is_loopback(address):
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+
+
+def tolerate_lost_workers() -> None:
     from hydra_plugins.hydra_ray_launcher import _core
     if not isinstance(_core.ray, _TolerantRay):
         _core.ray = _TolerantRay(_core.ray)
-    if _is_loopback(address):
-        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
