@@ -181,8 +181,7 @@ def test_a_trial_killed_on_the_second_node_fails_the_sweep_and_the_rerun_resumes
     (parent2,) = runs["sweep"]                                                            # the same parent
     assert parent2.info.run_id == parent.info.run_id and parent2.info.status == "FINISHED"
     assert parent2.data.metrics["trials_failed"] == 0 and parent2.data.metrics["trials_finished"] == 6
-    new = [r for r in runs["trial"] if r.info.run_id not in {t.info.run_id for t in runs["trial"]
-                                                            if t.info.start_time <= killed.info.end_time}]
+    new = [r for r in runs["trial"] if r.data.tags["sweep_invocation"] != killed.data.tags["sweep_invocation"]]
     assert len(new) == 1 and new[0].data.params["draft"] == killed.data.params["draft"]
 
 
