@@ -10,7 +10,7 @@ SWEEP  ?= paper
 .PHONY: setup-cluster tracking-server tracking-server-stop ray-up ray-down
 
 help: ## list the targets
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-21s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 $(VENV)/.installed: requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -38,7 +38,7 @@ ui: $(VENV)/.installed ## the MLflow UI on http://127.0.0.1:5000 for the store i
 analyze: $(VENV)/.installed ## tables, cost models and figures of the latest sweep (ARGS="--sweep-id ID")
 	$(PY) -m analysis.report $(ARGS)
 
-test: $(VENV)/.installed ## run the test suite (CPU, a tiny model trained in seconds)
+test: $(VENV)/.installed ## run the test suite (CPU; the cluster tests too once `make setup-cluster` has run)
 	$(PY) -m pytest -q tests
 
 bench: $(VENV)/.installed ## print the benchmark tables (loop overhead, quantized drafts)

@@ -114,3 +114,27 @@ def smoke_stores(tmp_path_factory):
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         out[n_jobs] = (f"sqlite:///{store}/mlflow.db", proc.stdout + proc.stderr)
     return out
+
+
+CLUSTER_MODULES = ("ray", "psycopg2", "hydra_plugins.hydra_ray_launcher", "hydra_plugins.hydra_submitit_launcher")
+
+
+def cluster_extra_missing() -> list[str]:
+    import importlib.util
+    missing = []
+    for name in CLUSTER_MODULES:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except ModuleNotFoundError:  # its parent package is missing
+            found = False
+        if not found:
+            missing.append(name)
+    return missing
+
+
+def pytest_terminal_summary(terminalreporter):
+    """One line when the cluster tests (tests/test_cluster.py, tests/test_servers.py) did not run."""
+    missing = cluster_extra_missing()
+    if missing:
+        terminalreporter.write_line(f"cluster tests skipped: the cluster extra is not installed "
+                                    f"(no {', '.join(missing)}); install it with `make setup-cluster`")

@@ -5,7 +5,6 @@ PostgreSQL; and the smoke sweep on submitit_local. Needs the cluster extra (make
 and PostgreSQL's server programs; skipped without them (CI installs both)."""
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import signal
@@ -17,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-MISSING = [m for m in ("ray", "psycopg2", "hydra_plugins.hydra_ray_launcher", "hydra_plugins.hydra_submitit_launcher")
-           if importlib.util.find_spec(m.split(".")[0]) is None or
-           (m.startswith("hydra_plugins.") and importlib.util.find_spec(m) is None)]
+from tests.conftest import cluster_extra_missing
+
+MISSING = cluster_extra_missing()
 if MISSING:
     pytest.skip(f"cluster extra not installed (no {', '.join(MISSING)}): make setup-cluster", allow_module_level=True)
 
