@@ -138,3 +138,9 @@ def pytest_terminal_summary(terminalreporter):
     if missing:
         terminalreporter.write_line(f"cluster tests skipped: the cluster extra is not installed "
                                     f"(no {', '.join(missing)}); install it with `make setup-cluster`")
+
+
+def pytest_configure(config):
+    # the launcher configs merge onto the plugins' schemas on purpose (see src/harness/__init__.py)
+    config.addinivalue_line("filterwarnings",
+                            "ignore:(?s).*is validated against ConfigStore schema with the same name:UserWarning")
