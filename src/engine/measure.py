@@ -9,21 +9,22 @@ import torch
 from .decode import prefill
 from .drafts.base import Draft
 from .sampling import probs_from_logits, sample, speculative_accept, tvd
-from .timing import median_time
+from .timing import interleaved_medians
 
 
 @torch.no_grad()
-def measure_cost(target, draft: Draft, prompt: list[int], k: int, temperature: float, reps: int, device: str) -> dict:
-    """Component times in microseconds, each the median of 7 means over `reps` calls: one
-    1-char target pass, one (k+1)-char verify pass, and the draft's time per drafted char
-    (a whole k-char proposal, its Python loop included, divided by k)."""
+def measure_cost(target, draft: Draft, prompt: list[int], k: int, temperature: float, reps: int, device: str,
+                 rounds: int = 7) -> dict:
+    """Component times in microseconds: one 1-char target pass, one (k+1)-char verify pass, and
+    the draft's time per drafted char (a whole k-char proposal, its Python loop included,
+    divided by k). The three are timed in `rounds` interleaved rounds (a block of `reps` calls
+    of each, in rotating order; the draft's block has reps // k proposals), and each is the
+    median over rounds of its block's mean per call, so a burst of load cannot hit one alone."""
     gen = torch.Generator(device=device).manual_seed(0)
     positions = prefill(target, prompt)
     P = len(prompt)
     one = torch.tensor([prompt[-1:]], device=device)          # (1, 1)
     many = torch.tensor([prompt[-1:] * (k + 1)], device=device)  # (1, k+1); the values do not matter
-    target_pass = median_time(lambda: target(one, positions[P - 1:P]), reps, device=device)
-    verify_pass = median_time(lambda: target(many, positions[P - 1:P + k]), reps, device=device)
     draft.reset()
     draft.propose(prompt, k, temperature, gen)  # the draft's own prefill, untimed
     seq = prompt + prompt[-1:]
@@ -31,9 +32,11 @@ def measure_cost(target, draft: Draft, prompt: list[int], k: int, temperature: f
     def propose_k():
         draft.rewind(P)
         draft.propose(seq, k, temperature, gen)
-    draft_call = median_time(propose_k, max(1, reps // k), device=device)
-    return {"target_pass_us": target_pass * 1e6, "verify_pass_us": verify_pass * 1e6,
-            "draft_char_us": draft_call / k * 1e6, "c": draft_call / k / target_pass}
+    t = interleaved_medians({"target": (lambda: target(one, positions[P - 1:P]), reps),
+                             "verify": (lambda: target(many, positions[P - 1:P + k]), reps),
+                             "draft": (propose_k, max(1, reps // k))}, rounds, device)
+    return {"target_pass_us": t["target"] * 1e6, "verify_pass_us": t["verify"] * 1e6,
+            "draft_char_us": t["draft"] / k * 1e6, "c": t["draft"] / k / t["target"]}
 
 
 @torch.no_grad()
