@@ -1,7 +1,17 @@
 """Human-readable rendering of one trial's result."""
 from __future__ import annotations
 
+from ..engine.timing import FIXED, WIDTH
 from .trial import TrialResult
+
+
+def stop_text(r: TrialResult) -> str:
+    """Why the paired timing stopped, in words."""
+    t = r.timing
+    if t.stop == FIXED:
+        return "a fixed number of pairs"
+    width = f"{r.metrics['interval_rel_width']:.1%} wide"
+    return f"width reached, {width}" if t.stop == WIDTH else f"{t.stop} reached, {width}"
 
 
 def trial_block(cfg, r: TrialResult) -> str:
@@ -17,8 +27,9 @@ def trial_block(cfg, r: TrialResult) -> str:
         f"chars per pass    {m['chars_per_pass']:.2f}   target passes {m['target_passes']} (baseline {m['baseline_passes']})",
         f"cost              target pass {m['target_pass_us']:.0f} us, verify pass (k+1) {m['verify_pass_us']:.0f} us, "
         f"draft {m['draft_char_us']:.1f} us/char, c = {m['c']:.3f}",
-        f"speedup           {m['speedup_median']:.2f}x  [{m['speedup_min']:.2f}-{m['speedup_max']:.2f}] "
-        f"over {cfg.timing.pairs} alternated pairs ({m['speedup_range_confidence']:.1%} interval for the median)",
+        f"speedup           {m['speedup_median']:.2f}x [{m['speedup_lo']:.2f}-{m['speedup_hi']:.2f}] over "
+        f"{m['pairs_used']} pair{'s' * (m['pairs_used'] != 1)} ({m['speedup_interval_confidence']:.1%} interval for "
+        f"the median; {stop_text(r)})",
         f"predicted         {m['predicted_speedup']:.2f}x  = chars per pass / (1 + k c)",
     ]
     if m["min_cpu_wall_ratio"] < 0.8:
@@ -26,8 +37,10 @@ def trial_block(cfg, r: TrialResult) -> str:
     for arm in ("baseline", "speculative"):
         if m[f"{arm}_iqr_rel"] > 0.10:
             lines.append(f"warning: {arm} times spread {m[f'{arm}_iqr_rel']:.0%} (IQR/median)")
-    if m["speedup_min"] < 1.0 < m["speedup_max"]:
-        lines.append("note: the range straddles 1.0: no demonstrated speedup or slowdown")
+    if m["speedup_interval_confidence"] < r.timing.level:
+        lines.append(f"note: too few pairs ({m['pairs_used']}) for a {r.timing.level:.0%} interval for the median")
+    if m["speedup_lo"] < 1.0 < m["speedup_hi"]:
+        lines.append("note: the interval straddles 1.0: no demonstrated speedup or slowdown")
     if "tvd_speculative" in m:
         lines.append(f"exactness         TVD speculative {m['tvd_speculative']:.4f} vs direct {m['tvd_direct']:.4f} "
                      f"({cfg.exactness.samples} samples of the first char)")

@@ -20,7 +20,7 @@ from ..engine.decode import generate_baseline, generate_speculative
 from ..engine.measure import exactness_check, measure_cost
 from ..engine.drafts.base import Draft
 from ..engine.errors import SpecsweepError
-from ..engine.timing import PairedTiming, paired_timing
+from ..engine.timing import PairedTiming, paired_timing, timing_options
 from ..engine.train import TrainConfig, TrainedTarget, get_target
 from .paths import REPO
 
@@ -44,6 +44,7 @@ def validate(cfg: DictConfig) -> None:
     integer("n_chars", cfg.n_chars, 1)
     integer("seed", cfg.seed, 0)
     integer("timing.pairs", cfg.timing.pairs, 1)
+    timing_options_of(cfg)
     integer("exactness.samples", cfg.exactness.samples, 1)
     integer("threads", cfg.threads, 1)
     t = cfg.temperature
@@ -55,6 +56,12 @@ def validate(cfg: DictConfig) -> None:
     if need > cfg.model.block_size:
         raise SpecsweepError(f"prompt ({len(cfg.prompt)}) + n_chars ({cfg.n_chars}) + k ({cfg.k}) = {need} chars "
                              f"exceeds the model's context window of {cfg.model.block_size}")
+
+
+def timing_options_of(cfg: DictConfig) -> dict:
+    """paired_timing's adaptive settings from cfg.timing (a config without them: fixed pairs)."""
+    t = cfg.timing
+    return timing_options(t.get("target_width"), t.get("confidence", 0.95), t.get("max_pairs"), t.get("max_seconds"))
 
 
 def repo_path(p: str | Path) -> Path:
@@ -131,7 +138,7 @@ def run_trial(cfg: DictConfig, progress: bool = True, loaded=None, timing_lock=N
         timing = paired_timing(lambda: generate_baseline(model, prompt, n, T, new_gen()),
                                lambda: generate_speculative(model, draft, prompt, n, k, T, new_gen(),
                                                             track_overlap=False),
-                               cfg.timing.pairs, device)
+                               cfg.timing.pairs, device, **timing_options_of(cfg))
     metrics.update(timing.summary())
     metrics["predicted_speedup"] = metrics["chars_per_pass"] / (1 + k * metrics["c"])
     # loop overhead left after the measured components, per pass (used by the cost models)
