@@ -15,7 +15,9 @@ SWEEP_FILES = sorted(p.stem for p in SWEEPS.glob("*.yaml"))
 REQUIRED_PARAMS = ["draft", "k", "seed", "n_chars", "pairs", "temperature", "target_key"]
 REQUIRED_METRICS = ["acceptance", "chars_per_pass", "target_passes", "c", "target_pass_us", "draft_char_us",
                     "verify_pass_us", "speedup_median", "speedup_min", "speedup_max", "predicted_speedup",
-                    "acceptance_pos_1", "analytic_acceptance", "position_acceptance"]
+                    "acceptance_pos_1", "analytic_acceptance", "position_acceptance", "pairs_used",
+                    "width_reached", "speedup_lo", "speedup_hi", "speedup_interval_confidence",
+                    "interval_rel_width"]
 
 
 @pytest.mark.parametrize("group,option", GROUP_OPTIONS)
@@ -65,7 +67,14 @@ def test_smoke_multirun_logs_one_parent_and_finished_children(smoke_stores):
         assert all(m in r.data.metrics for m in REQUIRED_METRICS)
         assert {a.path for a in client.list_artifacts(r.info.run_id)} == {"pairs.csv", "config.yaml", "sample.txt"}
         history = client.get_metric_history(r.info.run_id, "speedup_pair")
-        assert sorted(m.step for m in history) == [0, 1, 2]
+        used = int(r.data.metrics["pairs_used"])  # adaptive: 4 pairs at least, 8 at most
+        assert 4 <= used <= 8 and sorted(m.step for m in history) == list(range(used))
+        if r.data.metrics["width_reached"]:  # checked after an even count, first reachable at 6 (96.9%)
+            assert used in (6, 8) and r.data.metrics["interval_rel_width"] <= 0.10
+        else:  # a cap: 8 pairs or 10 s of timed runs
+            assert used == 8 or r.data.metrics["timed_s"] >= 10
+        pairs_csv = Path(client.download_artifacts(r.info.run_id, "pairs.csv")).read_text().splitlines()
+        assert len(pairs_csv) == 1 + used
         assert min(m.value for m in history) == pytest.approx(r.data.metrics["speedup_min"])
     assert "progress: 6/6 trials done (0 failed)" in output
     assert output.count("training target") >= 1

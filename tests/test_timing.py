@@ -1,0 +1,311 @@
+"""Adaptive paired timing and interleaved component costs, on planted timers.
+
+Nothing here reads a real clock's value: the arms and components advance a fake clock by
+durations drawn from seeded distributions (or planted bursts), and the tests assert counts,
+stop reasons and statistical properties of the intervals. The one test on real code
+(`test_adaptive_trial_end_to_end`) asserts counts and consistency only, never a time.
+"""
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from fractions import Fraction
+from itertools import product
+
+import pytest
+
+from src.engine.errors import SpecsweepError
+from src.engine.timing import (FIXED, PAIRS_CAP, TIME_CAP, WIDTH, interleaved_medians, median_interval, median_rank,
+                               median_time, paired_timing, rank_coverage, stop_reason, timing_options)
+
+RATIO = 1.3  # planted: baseline takes 1.3 x the speculative arm's time (before noise)
+
+
+class FakeClock:
+    """A clock that only moves when a planted arm or component says so."""
+
+    def __init__(self):
+        self.t = 0.0
+        self.calls = 0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def planted_arms(clock: FakeClock, noise, baseline_s: float = RATIO, speculative_s: float = 1.0):
+    """Two arms whose run advances the clock by their time x an independent noise factor. With
+    the same noise distribution for both, log(ratio) is symmetric about log(RATIO): the median
+    pair ratio is exactly RATIO."""
+    def baseline():
+        clock.t += baseline_s * noise()
+
+    def speculative():
+        clock.t += speculative_s * noise()
+    return baseline, speculative
+
+
+def lognormal(rng: random.Random, sigma: float):
+    return lambda: rng.lognormvariate(0.0, sigma)
+
+
+def heavy_tailed(rng: random.Random):
+    """Student-t (3 degrees of freedom) in log space, 30% scale: now and then a run takes
+    several times as long (a burst of load), sometimes a fraction."""
+    def draw():
+        t = rng.gauss(0, 1) / math.sqrt(sum(rng.gauss(0, 1) ** 2 for _ in range(3)) / 3)
+        return math.exp(0.3 * t)
+    return draw
+
+
+def run(noise_seed: int, noise: str, pairs: int = 5, **kw):
+    clock, rng = FakeClock(), random.Random(noise_seed)
+    draw = lognormal(rng, 0.01) if noise == "low" else heavy_tailed(rng)
+    b, s = planted_arms(clock, draw)
+    return paired_timing(b, s, pairs, clock=clock, cpu_clock=clock, **kw)
+
+
+ADAPTIVE = dict(target_width=0.10, max_pairs=24, max_seconds=None, level=0.95)
+
+
+# (a) low noise: stops at the width, before the cap -----------------------------------------
+
+@pytest.mark.parametrize("seed", range(5))
+def test_low_noise_stops_at_the_width_before_the_cap(seed):
+    t = run(seed, "low", **ADAPTIVE)
+    m = t.summary()
+    assert t.stop == WIDTH and m["width_reached"] == 1
+    assert 5 <= m["pairs_used"] < 24 and m["pairs_used"] % 2 == 0  # as many B,S as S,B
+    assert m["pairs_used"] == 6  # the first even count >= 5 whose [min, max] reaches 95% (96.9%)
+    assert m["speedup_interval_confidence"] >= 0.95
+    assert m["interval_rel_width"] <= 0.10
+    assert m["speedup_lo"] <= RATIO <= m["speedup_hi"]
+    assert t.order == ["BS", "SB"] * 3
+
+
+# (b) high noise: stops at a cap --------------------------------------------------------------
+
+@pytest.mark.parametrize("seed", range(5))
+def test_heavy_tailed_noise_stops_at_the_pairs_cap(seed):
+    t = run(seed, "heavy", **ADAPTIVE)
+    m = t.summary()
+    assert t.stop == PAIRS_CAP and m["width_reached"] == 0
+    assert m["pairs_used"] == 24 and len(pairs_csv_rows(t)) == 24
+    assert m["interval_rel_width"] > 0.10
+    assert m["speedup_min"] == min(t.ratios) and m["speedup_max"] == max(t.ratios)  # over all pairs, as before
+    assert t.order == ["BS", "SB"] * 12
+
+
+def test_heavy_tailed_noise_stops_at_the_time_cap():
+    t = run(0, "heavy", pairs=2, target_width=0.10, max_pairs=None, max_seconds=20.0)
+    m = t.summary()
+    assert t.stop == TIME_CAP and m["width_reached"] == 0
+    assert m["timed_s"] >= 20.0
+    # it stopped at the first pair that crossed 20 s of timed runs
+    assert m["timed_s"] - t.baseline_s[-1] - t.speculative_s[-1] < 20.0
+    assert m["pairs_used"] == len(t.order) >= 2
+
+
+def test_caps_never_cut_below_the_minimum():
+    t = run(0, "heavy", pairs=9, target_width=0.10, max_pairs=3, max_seconds=0.5)
+    assert len(t.ratios) == 9 and t.stop in (PAIRS_CAP, TIME_CAP)
+
+
+def test_width_is_only_checked_after_an_even_number_of_pairs():
+    narrow = [RATIO] * 7
+    assert stop_reason(narrow, 0.0, 7, 0.10, 24, None, 0.95) is None      # 7 pairs: not balanced
+    assert stop_reason(narrow + [RATIO], 0.0, 7, 0.10, 24, None, 0.95) == WIDTH
+    assert stop_reason(narrow[:4], 0.0, 3, 0.10, 24, None, 0.95) is None  # 4 pairs: [min, max] is 87.5% < 95%
+    assert stop_reason(narrow[:6], 0.0, 3, 0.10, 24, None, 0.95) == WIDTH
+
+
+# (c) the order-statistic interval's coverage: the binomial formula against exact values ------
+
+def test_rank_coverage_exact_small_n():
+    assert rank_coverage(5, 1) == 0.9375           # [min, max] of 5
+    assert rank_coverage(6, 1) == 1 - 2 / 64       # 96.875%
+    assert rank_coverage(7, 1) == 1 - 2 / 128      # 98.4375%
+    assert rank_coverage(9, 2) == 1 - 2 * 10 / 512  # [X_(2), X_(8)]: 96.09375%
+    assert rank_coverage(1, 1) == 0.0 and rank_coverage(2, 1) == 0.5
+
+
+@pytest.mark.parametrize("n", range(1, 13))
+def test_rank_coverage_by_enumeration(n):
+    """Each of n draws of a continuous distribution lies below its median with probability 1/2,
+    independently: enumerate the 2^n below/above patterns. [X_(j), X_(n+1-j)] contains the
+    median iff at least j draws lie below it and at least j above."""
+    for j in range(1, (n + 1) // 2 + 1):
+        covered = sum(1 for signs in product((0, 1), repeat=n) if j <= sum(signs) <= n - j)
+        assert Fraction(rank_coverage(n, j)).limit_denominator(2 ** n) == Fraction(covered, 2 ** n)
+
+
+def test_median_rank_takes_the_narrowest_interval_at_the_level():
+    assert median_rank(5, 0.90) == (1, 0.9375)
+    assert median_rank(5, 0.95) == (1, 0.9375)      # even [min, max] falls short: said as it is
+    assert median_rank(9, 0.95) == (2, 1 - 2 * 10 / 512)
+    for n in range(1, 40):
+        j, coverage = median_rank(n, 0.95)
+        assert coverage == rank_coverage(n, j)
+        if j > 1:
+            assert coverage >= 0.95
+        if j < (n + 1) // 2:
+            assert rank_coverage(n, j + 1) < 0.95  # the largest such j
+    assert median_interval([3.0, 1.0, 2.0, 5.0, 4.0], 0.90) == (1.0, 5.0, 0.9375)
+
+
+# (d) Monte-Carlo: the interval covers the true median as often as stated ---------------------
+
+TRIALS = 2000
+
+
+@pytest.mark.parametrize("n", [5, 6, 11, 24])
+def test_interval_coverage_monte_carlo(n):
+    """2000 samples of n ratios from a skewed distribution with a known median (lognormal x
+    RATIO: median RATIO). The hit count is Binomial(2000, c), c the stated coverage; we require
+    it within 3 standard errors of c (hence >= c - 3 se >= the level - 3 se). A correct
+    implementation fails this with probability about 0.27% (two-sided normal tail at 3 se) for
+    an arbitrary seed; the seed is fixed, so the test is deterministic."""
+    rng = random.Random(1000 + n)
+    level = 0.95
+    _, c = median_rank(n, level)
+    hits = 0
+    for _ in range(TRIALS):
+        xs = [RATIO * rng.lognormvariate(0.0, 0.5) for _ in range(n)]
+        lo, hi, coverage = median_interval(xs, level)
+        assert coverage == c
+        hits += lo <= RATIO <= hi
+    se = math.sqrt(c * (1 - c) / TRIALS)
+    assert abs(hits / TRIALS - c) <= 3 * se, (hits / TRIALS, c, se)
+
+
+def test_adaptive_interval_coverage_monte_carlo():
+    """The whole adaptive procedure, 2000 planted trials at a noise (5% per run) where it stops
+    anywhere between 6 and 24 pairs. Stopping when the interval is narrow (optional stopping)
+    costs some coverage: each stopped interval's fixed-n coverage is ~97%, the procedure's is
+    ~95% (about 0.950 in 50000 simulated trials at this noise). We require >= the level - 3
+    standard errors (0.95 - 0.0146); an implementation whose true coverage is exactly 0.95 fails
+    with probability about 0.13% (one-sided normal tail at 3 se) for an arbitrary seed."""
+    rng, level = random.Random(7), 0.95
+    hits, stops = 0, {WIDTH: 0, PAIRS_CAP: 0}
+    for _ in range(TRIALS):
+        clock = FakeClock()
+        b, s = planted_arms(clock, lognormal(rng, 0.05))
+        t = paired_timing(b, s, 5, target_width=0.10, max_pairs=24, level=level, clock=clock, cpu_clock=clock)
+        m = t.summary()
+        hits += m["speedup_lo"] <= RATIO <= m["speedup_hi"]
+        stops[t.stop] += 1
+    se = math.sqrt(level * (1 - level) / TRIALS)
+    assert hits / TRIALS >= level - 3 * se, hits / TRIALS
+    assert stops[WIDTH] > 0.5 * TRIALS and stops[PAIRS_CAP] > 0  # both ways of stopping were exercised
+
+
+# (e) target_width null: exactly `pairs` pairs, as before -------------------------------------
+
+@pytest.mark.parametrize("pairs", [1, 2, 5, 7])
+@pytest.mark.parametrize("width", [None, 0])
+def test_no_target_width_gives_exactly_pairs_pairs(pairs, width):
+    for noise in ("low", "heavy"):
+        t = run(3, noise, pairs=pairs, target_width=width, max_pairs=24, max_seconds=1.0)
+        m = t.summary()
+        assert t.stop == FIXED and m["pairs_used"] == len(t.ratios) == pairs
+        assert t.order == (["BS", "SB"] * pairs)[:pairs]
+        assert "width_reached" not in m  # no width was asked for
+        assert m["speedup_range_confidence"] == 1 - 2 * 0.5 ** pairs
+
+
+def test_options_checked_and_absent_keys_mean_fixed():
+    assert timing_options() == {"target_width": None, "level": 0.95, "max_pairs": None, "max_seconds": None}
+    assert timing_options(0)["target_width"] is None
+    for kw, message in [(dict(target_width=-0.1), "timing.target_width must be a number >= 0"),
+                        (dict(confidence=1.0), "timing.confidence must be a number in (0, 1)"),
+                        (dict(target_width=0.1, max_pairs=0), "timing.max_pairs must be an integer >= 1"),
+                        (dict(target_width=0.1, max_seconds=0), "timing.max_seconds must be a number > 0"),
+                        (dict(target_width=0.1), "timing.target_width needs a cap")]:
+        with pytest.raises(SpecsweepError, match=message.replace("(", r"\(").replace(")", r"\)")):
+            timing_options(**kw)
+
+
+# Interleaved component costs ----------------------------------------------------------------
+
+COSTS = {"target": 1.0, "verify": 2.0, "draft": 3.0}  # planted seconds per call
+BURST = 7  # a burst of load: these many consecutive calls take 10x as long
+
+
+def planted_components(clock: FakeClock, burst_start: int):
+    def component(cost):
+        def call():
+            slow = burst_start <= clock.calls < burst_start + BURST
+            clock.calls += 1
+            clock.t += cost * (10 if slow else 1)
+        return call
+    return {name: component(cost) for name, cost in COSTS.items()}
+
+
+def test_interleaved_rounds_spread_a_burst_over_components():
+    """Wherever a burst of 7 calls lands, interleaved rounds (rotating order, 1 call per block,
+    7 rounds) hit each component in at most 3 of its 7 rounds: every median is the planted cost.
+    Timed one component after the other (the old way), a burst that lands on one component's
+    7 repeats moves its median 10x."""
+    for start in range(3 + 3 * 7):
+        clock = FakeClock()
+        fns = planted_components(clock, start)
+        got = interleaved_medians({name: (fn, 1) for name, fn in fns.items()}, rounds=7, clock=clock)
+        assert got == COSTS, start
+    clock = FakeClock()
+    fns = planted_components(clock, 9)  # after target's warm-up + 7 repeats and verify's warm-up
+    sequential = {name: median_time(fn, 1, 7, clock=clock) for name, fn in fns.items()}
+    assert sequential["target"] == COSTS["target"] and sequential["draft"] == COSTS["draft"]
+    assert sequential["verify"] == 10 * COSTS["verify"]  # the whole burst on one component
+
+
+def test_interleaved_rounds_rotate_the_order():
+    order = []
+    blocks = {name: ((lambda name=name: order.append(name)), 1) for name in "ABC"}
+    interleaved_medians(blocks, rounds=4, clock=FakeClock())
+    assert order == list("ABC") + list("ABC" "BCA" "CAB" "ABC")  # warm-ups, then rotating rounds
+
+
+# On real code: counts and consistency only ---------------------------------------------------
+
+def pairs_csv_rows(timing) -> list[str]:
+    from src.harness.tracking import pairs_csv
+    return pairs_csv(timing).strip().splitlines()[1:]
+
+
+def test_adaptive_trial_end_to_end(tiny):
+    """A real trial with adaptive pairs (caps kept small): the counts and metrics agree with each
+    other, pairs.csv has one row per pair, and the rendered line says how it stopped."""
+    from src.harness.render import trial_block
+    from src.harness.trial import run_trial
+    from tests.conftest import compose_cfg
+    cfg, _, _ = tiny
+    trial_cfg = compose_cfg(cfg.data.path, cfg.data.cache_dir, "draft=bigram", "k=2", "timing.pairs=2",
+                            "timing.target_width=0.5", "timing.max_pairs=6", "timing.max_seconds=20")
+    r = run_trial(trial_cfg, progress=False)
+    m = r.metrics
+    n = m["pairs_used"]
+    assert 2 <= n <= 6 and n == len(r.timing.ratios) == len(pairs_csv_rows(r.timing))
+    assert m["width_reached"] == int(r.timing.stop == WIDTH)
+    if m["width_reached"]:
+        assert n % 2 == 0 and m["interval_rel_width"] <= 0.5 and m["speedup_interval_confidence"] >= 0.95
+    else:
+        assert n == 6 or m["timed_s"] >= 20
+    assert m["speedup_min"] <= m["speedup_lo"] <= m["speedup_median"] <= m["speedup_hi"] <= m["speedup_max"]
+    assert all(key in m for key in ("target_pass_us", "verify_pass_us", "draft_char_us", "c"))
+    assert m["c"] == pytest.approx(m["draft_char_us"] / m["target_pass_us"])
+    text = trial_block(trial_cfg, r)
+    assert f"over {n} pairs (" in text and "interval for the median; " in text
+    assert ("width reached" in text) == bool(m["width_reached"])
+
+
+def test_bad_timing_options_are_refused_before_any_work(tmp_path):
+    from src.harness.trial import validate
+    from tests.conftest import compose_cfg
+    cfg = compose_cfg(tmp_path / "missing.txt", tmp_path, "timing.confidence=1.5")
+    with pytest.raises(SpecsweepError, match="timing.confidence must be a number in"):
+        validate(cfg)
+    cfg = compose_cfg(tmp_path / "missing.txt", tmp_path, "timing.max_pairs=null", "timing.max_seconds=null")
+    with pytest.raises(SpecsweepError, match="needs a cap"):
+        validate(cfg)
+    validate(compose_cfg(tmp_path / "missing.txt", tmp_path, "timing.target_width=null", "timing.max_pairs=null",
+                         "timing.max_seconds=null"))  # fixed pairs need no cap
