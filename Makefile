@@ -44,7 +44,7 @@ test: $(VENV)/.installed ## run the test suite (CPU; the cluster tests too once 
 bench: $(VENV)/.installed ## print the benchmark tables (loop overhead, quantized drafts)
 	$(PY) -m src.harness.bench $(ARGS)
 
-bench-sweep: $(VENV)/.installed ## the paper sweep at n_jobs=1 and 2: timing agreement, harness overhead, wall ratio
+bench-sweep: $(VENV)/.installed ## the paper sweep at n_jobs=1 and 2: timing agreement, harness overhead, wall ratio (ARGS=--n1-only: the overhead alone)
 	$(PY) -m src.harness.bench_sweep --sweep $(SWEEP) $(ARGS)
 
 tracking-server: $(VENV)/.installed-cluster ## MLflow server on PostgreSQL, both on 127.0.0.1, data in .cluster/ (ARGS="--port 5001 --pg-port 5433")

@@ -117,6 +117,7 @@ class SweepTracking(Callback):
         self.ctx: SweepContext | None = None
         self.jobs: list[PlannedJob] = []
         self.closed = False
+        self.timers: dict[str, float] = {}   # the parent's own set-up times, logged on the parent run
 
     def __getstate__(self):
         # Hydra pickles its callbacks to every worker; the client and the plan stay here.
@@ -134,13 +135,17 @@ class SweepTracking(Callback):
 
     def _start(self, config: DictConfig) -> None:
         global IN_SWEEP_PARENT
+        started = time.perf_counter()
         if not config.tracking.enabled:
             raise SpecsweepError("a sweep records its trials in a tracking store: tracking.enabled must be true")
         uri = tracking_uri(config)
         check_launcher(config, uri)                    # before any write
         jobs = plan_jobs(config)                       # bad input stops here, before any write
+        import mlflow.tracking  # noqa: F401  (imported here, so that the store's timer below holds the store alone)
+        store_started = time.perf_counter()
         experiment_id = setup_experiment(uri, config.tracking.experiment)
         self.client = client = client_for(uri)
+        self.timers["setup_store_s"] = time.perf_counter() - store_started  # schema creation on a fresh store
 
         from .targets import publish_target
         targets = prepare_targets(jobs, lambda target, cfg: publish_target(client, experiment_id, uri, target, cfg))
@@ -178,6 +183,7 @@ class SweepTracking(Callback):
                  len(jobs), len(skipped), len(jobs) - len(skipped), launcher_name(config),
                  self.ctx.n_jobs or "cluster's", uri, "" if config.resume else " (resume=false: rerunning every cell)")
         self.t0 = time.monotonic()
+        self.timers["setup_s"] = time.perf_counter() - started
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         self._close(abnormal=False)
@@ -206,7 +212,7 @@ class SweepTracking(Callback):
             client.log_batch(ctx.parent_run_id, metrics=[
                 Metric("trials_finished", finished, now, 0), Metric("trials_failed", failed, now, 0),
                 Metric("trials_run_now", run_now, now, 0), Metric("trials_lost", lost, now, 0),
-                Metric("wall_s", wall, now, 0)])
+                Metric("wall_s", wall, now, 0), *(Metric(k, v, now, 0) for k, v in self.timers.items())])
             status = "FINISHED" if failed == 0 and not abnormal else "FAILED"
             client.set_terminated(ctx.parent_run_id, status)
         except Exception as e:  # at exit, the store may be gone: say so, do not raise
