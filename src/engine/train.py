@@ -50,6 +50,7 @@ class TrainedTarget:
     key: str  # the cache key: identifies this target in every trial record
     val_loss: float
     path: Path
+    sha256: str = ""  # of the checkpoint bytes it was loaded from (verified against the sidecar)
 
 
 def cache_key(corpus_sha: str, model_cfg: dict, train_cfg: TrainConfig, seed: int) -> str:
@@ -138,12 +139,23 @@ def save_checkpoint(path: Path, payload: dict) -> None:
     write_text(path.with_name(path.name + ".sha256"), digest + "\n")
 
 
-def load_checkpoint(path: Path) -> dict:
+def verify_checkpoint(path: Path) -> str:
+    """The checkpoint's sha256, after checking it against its sidecar."""
     sidecar = path.with_name(path.name + ".sha256")
     if not sidecar.is_file():
         raise SpecsweepError(f"checkpoint {path} has no checksum file; delete it to retrain")
-    if file_sha256(path) != sidecar.read_text().strip():
+    digest = file_sha256(path)
+    if digest != sidecar.read_text().strip():
         raise SpecsweepError(f"checkpoint {path} fails its checksum (truncated or tampered); delete it to retrain")
+    return digest
+
+
+def load_checkpoint(path: Path) -> dict:
+    verify_checkpoint(path)
+    return _read_checkpoint(path)
+
+
+def _read_checkpoint(path: Path) -> dict:
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # a file that matches its checksum but still does not load
@@ -157,8 +169,20 @@ def model_from_checkpoint(ckpt: dict) -> tuple[Transformer, CharTokenizer]:
     return model, CharTokenizer(ckpt["vocab"])
 
 
+# corpus sha256 -> its sorted characters: a corpus's vocabulary is read once per process
+# (a 5 MB text takes tens of ms), however many trials ask for its target
+_VOCABULARIES: dict[str, list[str]] = {}
+
+
+def corpus_tokenizer(corpus) -> CharTokenizer:
+    chars = _VOCABULARIES.get(corpus.sha256)
+    if chars is None:
+        chars = _VOCABULARIES[corpus.sha256] = CharTokenizer.from_text(corpus.text).chars
+    return CharTokenizer(chars)
+
+
 def _target_spec(corpus, model_kwargs: dict, train_cfg: TrainConfig, seed: int, cache_dir: str | Path):
-    tok = CharTokenizer.from_text(corpus.text)
+    tok = corpus_tokenizer(corpus)
     mcfg = ModelConfig(vocab_size=tok.vocab_size, **model_kwargs)
     key = cache_key(corpus.sha256, asdict(mcfg), train_cfg, seed)
     return tok, mcfg, key, Path(cache_dir) / "models" / f"target-{key}.pt"
@@ -211,6 +235,7 @@ def get_target(corpus, model_kwargs: dict, train_cfg: TrainConfig, seed: int, ca
             save_checkpoint(path, {"model_config": asdict(mcfg), "state_dict": model.state_dict(),
                                    "vocab": tok.chars, "val_loss": val_loss, "train_seconds": secs,
                                    "n_params": model.n_params()})
-    ckpt = load_checkpoint(path)
+    digest = verify_checkpoint(path)
+    ckpt = _read_checkpoint(path)
     model, tok = model_from_checkpoint(ckpt)
-    return TrainedTarget(model, tok, key, float(ckpt["val_loss"]), path)
+    return TrainedTarget(model, tok, key, float(ckpt["val_loss"]), path, digest)

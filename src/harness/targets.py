@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ..engine.atomic import atomic_path, write_text
 from ..engine.errors import SpecsweepError
-from ..engine.train import TrainedTarget, file_sha256, get_target, target_location
+from ..engine.train import TrainedTarget, file_sha256, target_location
 from .context import PublishedTarget, SweepContext
 from .store import KIND_TAG, TARGET
 from .tracking import environment_tags, store_lock
@@ -105,19 +105,23 @@ def publish_target(client, experiment_id: str, uri: str, target: TrainedTarget, 
 
 def load_published_target(cfg: DictConfig, ctx: SweepContext, client):
     """(corpus, TrainedTarget, fetched) on a sweep's worker: the target the parent published,
-    fetched from the server when this host lacks those exact bytes. Never trains."""
-    from .trial import repo_path
+    fetched from the server when this host lacks those exact bytes. Never trains. A process
+    that loaded those very bytes for an earlier job, from a file unchanged since, reuses them."""
+    from .trial import cached_target, get_target_cached, repo_path
     corpus = load_corpus_of(cfg)
     model_kwargs = OmegaConf.to_container(cfg.model, resolve=True)
-    train_cfg = train_config_of(cfg)
-    cache_dir = repo_path(cfg.data.cache_dir)
-    key, path = target_location(corpus, model_kwargs, train_cfg, cfg.train_seed, cache_dir)
+    key, path = target_location(corpus, model_kwargs, train_config_of(cfg), cfg.train_seed,
+                                repo_path(cfg.data.cache_dir))
     published = ctx.target(key)
     if published is None:
         known = ", ".join(t.key for t in ctx.targets) or "none"
         raise SpecsweepError(f"this host computes target {key}, the sweep's parent published {known}: "
                              "its corpus or code differ from the parent's")
+    target = cached_target(path, published.sha256)
+    if target is not None:
+        return corpus, target, False
     fetched = _ensure_local_copy(client, published, path)
-    target = get_target(corpus, model_kwargs, train_cfg, cfg.train_seed, cache_dir, progress=False,
-                        train_if_missing=False)
+    target = get_target_cached(corpus, cfg, progress=False, train_if_missing=False, sha256=published.sha256)
+    if target.sha256 != published.sha256:  # replaced between the check and the load
+        raise SpecsweepError(f"target {key}: the checkpoint {path} changed while it was loaded; run the job again")
     return corpus, target, fetched

@@ -2,11 +2,18 @@
 
 `run_trial(cfg)` is a plain function of a composed config; the Hydra entry point and the
 tests both call it. It returns a `TrialResult`; tracking is done by the caller.
+
+What a trial loads is kept per process, keyed by what determines it, so the jobs a process
+runs one after another (joblib at n_jobs=1, a loky worker) load it once: the corpus (by its
+settings and its file's size, mtime and inode), the target (by its checkpoint's path and
+file stamp, with the sha256 it was verified against) and the drafts' training ids (by the
+corpus's sha256, the split and the vocabulary). A file that changes is read and checked again.
 """
 from __future__ import annotations
 
 import logging
 import math
+import os
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +28,7 @@ from ..engine.measure import exactness_check, measure_cost
 from ..engine.drafts.base import Draft
 from ..engine.errors import SpecsweepError
 from ..engine.timing import PairedTiming, paired_timing, timing_options
-from ..engine.train import TrainConfig, TrainedTarget, get_target
+from ..engine.train import TrainConfig, TrainedTarget, get_target, target_location
 from .paths import REPO
 
 log = logging.getLogger(__name__)
@@ -70,30 +77,90 @@ def repo_path(p: str | Path) -> Path:
     return p if p.is_absolute() else REPO / p
 
 
+def file_stamp(path: Path) -> tuple | None:
+    """(size, mtime, inode) of a file, None if there is none: a file rewritten or replaced
+    (written to a temporary name and renamed) gets another stamp."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns, st.st_ino
+
+
+# per-process caches (see the module's docstring)
+_CORPORA: dict[tuple, tuple] = {}          # corpus settings -> (file stamp, Corpus)
+_TARGETS: dict[str, tuple] = {}            # checkpoint path -> (file stamp, TrainedTarget)
+_TRAIN_IDS: dict[tuple, torch.Tensor] = {}  # (corpus sha256, val_fraction, vocabulary) -> ids
+
+
 def load_corpus_of(cfg: DictConfig):
-    return load_corpus(cfg.data.path and str(repo_path(cfg.data.path)), repo_path(cfg.data.cache_dir),
-                       cfg.data.source, cfg.data.get("synthetic_chars", 60_000))
+    path = cfg.data.path and str(repo_path(cfg.data.path))
+    cache_dir = repo_path(cfg.data.cache_dir)
+    settings = (path, str(cache_dir), cfg.data.source, cfg.data.get("synthetic_chars", 60_000))
+    source_file = Path(path) if path else cache_dir / "shakespeare.txt" if cfg.data.source == "shakespeare" else None
+    stamp = file_stamp(source_file) if source_file else ()  # () for a generated corpus: always the same
+    hit = _CORPORA.get(settings)
+    if hit is not None and stamp is not None and hit[0] == stamp:
+        return hit[1]
+    corpus = load_corpus(*settings)
+    if stamp is not None and (file_stamp(source_file) if source_file else ()) == stamp:  # unchanged meanwhile
+        _CORPORA[settings] = (stamp, corpus)
+    return corpus
 
 
 def train_config_of(cfg: DictConfig) -> TrainConfig:
     return TrainConfig(**OmegaConf.to_container(cfg.train, resolve=True))
 
 
+def cached_target(path: Path, sha256: str | None = None) -> TrainedTarget | None:
+    """The target this process loaded from `path`, if the file is unchanged since (and, with
+    `sha256`, holds those bytes)."""
+    hit = _TARGETS.get(str(path))
+    if hit is None or hit[0] != file_stamp(path) or (sha256 is not None and hit[1].sha256 != sha256):
+        return None
+    return hit[1]
+
+
+def get_target_cached(corpus, cfg: DictConfig, progress: bool = True, train_if_missing: bool = True,
+                      sha256: str | None = None) -> TrainedTarget:
+    """The engine's `get_target` for the config, served from this process's cache when the
+    checkpoint file is the one it loaded (and verified) before (with `sha256`: those bytes)."""
+    model_kwargs = OmegaConf.to_container(cfg.model, resolve=True)
+    train_cfg, cache_dir = train_config_of(cfg), repo_path(cfg.data.cache_dir)
+    _, path = target_location(corpus, model_kwargs, train_cfg, cfg.train_seed, cache_dir)
+    target = cached_target(path, sha256)
+    if target is None:
+        stamp = file_stamp(path)
+        target = get_target(corpus, model_kwargs, train_cfg, cfg.train_seed, cache_dir, progress,
+                            train_if_missing=train_if_missing)
+        if stamp is not None and file_stamp(path) == stamp:  # the file it verified and loaded, unchanged meanwhile
+            _TARGETS[str(path)] = (stamp, target)
+    return target
+
+
 def load_target(cfg: DictConfig, progress: bool = True):
     """(corpus, TrainedTarget) for the config: the cached target, trained on first use (all cores)."""
     corpus = load_corpus_of(cfg)
-    model_kwargs = OmegaConf.to_container(cfg.model, resolve=True)
-    target = get_target(corpus, model_kwargs, train_config_of(cfg), cfg.train_seed, repo_path(cfg.data.cache_dir),
-                        progress)
-    return corpus, target
+    return corpus, get_target_cached(corpus, cfg, progress)
+
+
+def train_ids_of(cfg: DictConfig, target: TrainedTarget, corpus) -> torch.Tensor:
+    """The training split as the target's ids (what drafts are fitted to); read-only."""
+    key = (corpus.sha256, cfg.train.val_fraction, tuple(target.tokenizer.chars))
+    ids = _TRAIN_IDS.get(key)
+    if ids is None:
+        train_text, _ = corpus.split(cfg.train.val_fraction)
+        _TRAIN_IDS.clear()  # one corpus at a time: 36 MB for the default one
+        ids = _TRAIN_IDS[key] = target.tokenizer.encode(train_text)
+    return ids
 
 
 def build_draft(cfg: DictConfig, target: TrainedTarget, corpus, draft_cfg: DictConfig | None = None) -> Draft:
     """The draft of `draft_cfg` (default: cfg.draft), fitted to `target` and the training split."""
     draft_cfg = cfg.draft if draft_cfg is None else draft_cfg
-    train_text, _ = corpus.split(cfg.train.val_fraction)
+    train_ids = train_ids_of(cfg, target, corpus)
     try:
-        return instantiate(draft_cfg, target=target.model, train_ids=target.tokenizer.encode(train_text))
+        return instantiate(draft_cfg, target=target.model, train_ids=train_ids)
     except SpecsweepError:
         raise
     except Exception as e:  # a draft config whose class or arguments do not fit
