@@ -18,10 +18,12 @@ import os
 import time
 import uuid
 
+from hydra.core.global_hydra import GlobalHydra
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, open_dict, read_write
 
 from ..engine.errors import SpecsweepError
+from .compose import Compositions
 from .context import SweepContext
 from .ledger import done_cells, invocation_runs, mark_lost, status_counts, sweep_trial_runs
 from .plan import PlannedJob, finished_jobs, plan_jobs, prepare_targets, previous_parent, sweep_signature
@@ -118,6 +120,7 @@ class SweepTracking(Callback):
         self.jobs: list[PlannedJob] = []
         self.closed = False
         self.timers: dict[str, float] = {}   # the parent's own set-up times, logged on the parent run
+        self.compositions: Compositions | None = None
 
     def __getstate__(self):
         # Hydra pickles its callbacks to every worker; the client and the plan stay here.
@@ -140,7 +143,8 @@ class SweepTracking(Callback):
             raise SpecsweepError("a sweep records its trials in a tracking store: tracking.enabled must be true")
         uri = tracking_uri(config)
         check_launcher(config, uri)                    # before any write
-        jobs = plan_jobs(config)                       # bad input stops here, before any write
+        compositions = Compositions(GlobalHydra.instance().config_loader(), config)
+        jobs = plan_jobs(config, compositions)         # bad input stops here, before any write
         import mlflow.tracking  # noqa: F401  (imported here, so that the store's timer below holds the store alone)
         store_started = time.perf_counter()
         experiment_id = setup_experiment(uri, config.tracking.experiment)
@@ -174,6 +178,10 @@ class SweepTracking(Callback):
                                 n_jobs=n_workers(config), started=time.time(), targets=tuple(targets))
         with read_write(config), open_dict(config):
             config.hydra.overrides.task.append(self.ctx.override())  # every job's config gets `sweep`
+        # the sweeper's check and the launcher (in this process) get every job's config from the
+        # plan's compositions, the context added, instead of composing it twice more
+        self.compositions = compositions
+        compositions.serve()
         short = _ShortContext(self.ctx.override(), f"sweep=<context of sweep {sweep_id}>")
         for handler in logging.getLogger().handlers:
             handler.addFilter(short)
@@ -193,6 +201,8 @@ class SweepTracking(Callback):
         if self.closed or self.ctx is None:
             return
         self.closed = True
+        if self.compositions is not None:
+            self.compositions.stop()
         ctx, client = self.ctx, self.client
         try:
             runs = invocation_runs(client, ctx.experiment_id, ctx.invocation)

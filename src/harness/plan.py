@@ -18,6 +18,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
 from ..engine.errors import SpecsweepError
+from .compose import Compositions
 from .ledger import done_cells
 from .store import KIND_TAG, SWEEP
 from .tracking import config_hash
@@ -41,10 +42,12 @@ def job_overrides(config: DictConfig) -> list[list[str]]:
     return [job for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
 
 
-def plan_jobs(config: DictConfig) -> list[PlannedJob]:
-    """Compose and validate every job's config; the first bad one raises SpecsweepError."""
+def plan_jobs(config: DictConfig, compositions: Compositions | None = None) -> list[PlannedJob]:
+    """Compose and validate every job's config; the first bad one raises SpecsweepError.
+    `compositions` (src/harness/compose.py) composes them, once per group choice."""
     from .trial import validate
-    loader = GlobalHydra.instance().config_loader()
+    if compositions is None:
+        compositions = Compositions(GlobalHydra.instance().config_loader(), config)
     all_overrides = job_overrides(config)
     values: dict[str, set] = {}
     for overrides in all_overrides:
@@ -55,7 +58,7 @@ def plan_jobs(config: DictConfig) -> list[PlannedJob]:
     for num, overrides in enumerate(all_overrides):
         label = " ".join(o for o in overrides if o.split("=", 1)[0] in swept)  # what tells this trial apart
         try:
-            cfg = loader.load_sweep_config(config, overrides)
+            cfg = compositions.compose(list(overrides))
         except Exception as e:
             raise SpecsweepError(f"trial #{num} ({label}): {str(e).splitlines()[0]}") from None
         with_hydra = cfg
