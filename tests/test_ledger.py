@@ -68,3 +68,24 @@ def test_lost_runs_are_marked_failed(store):
     assert client.get_run(running).info.status == "FAILED"
     assert client.get_run(running).data.tags["error"] == "lost: test"
     assert client.get_run(done).info.status == "FINISHED"
+
+
+def test_counts_by_status_from_sql_equal_the_search(store):
+    """The progress line's counts, taken with one SQL query on MLflow's SQL store, are what
+    searching the runs gives: only trial runs of that launch, deleted runs left out."""
+    from src.harness.ledger import _sql_status_counts, invocation_counts, invocation_runs, status_counts
+    _, client, exp, _ = store
+    trial = {"specsweep.kind": "trial", "sweep_invocation": "inv1"}
+    for status in ("FINISHED", "FINISHED", "FAILED", "KILLED", None):
+        run = client.create_run(exp, tags=trial).info.run_id
+        if status:
+            client.set_terminated(run, status)
+    client.delete_run(client.create_run(exp, tags=trial).info.run_id)                  # gave way: deleted
+    client.create_run(exp, tags={**trial, "sweep_invocation": "inv2"})                  # another launch
+    client.create_run(exp, tags={"specsweep.kind": "sweep", "sweep_invocation": "inv1"})  # not a trial
+    expected = status_counts(invocation_runs(client, exp, "inv1"))
+    assert expected == {"FINISHED": 2, "FAILED": 1, "KILLED": 1, "RUNNING": 1}
+    assert _sql_status_counts(client, exp, {"specsweep.kind": "trial", "sweep_invocation": "inv1"}) == expected
+    assert invocation_counts(client, exp, "inv1") == expected
+    assert invocation_counts(client, exp, "nosuch") == {}
+    assert [r.info.status for r in invocation_runs(client, exp, "inv1", status="RUNNING")] == ["RUNNING"]

@@ -25,7 +25,7 @@ from omegaconf import DictConfig, open_dict, read_write
 from ..engine.errors import SpecsweepError
 from .compose import Compositions
 from .context import SweepContext
-from .ledger import done_cells, invocation_runs, mark_lost, status_counts, sweep_trial_runs
+from .ledger import done_cells, invocation_counts, invocation_runs, mark_lost, sweep_trial_runs
 from .plan import PlannedJob, finished_jobs, plan_jobs, prepare_targets, previous_parent, sweep_signature
 from .store import KIND_TAG, SWEEP, is_host_local
 from .tracking import client_for, code_version, environment_tags, setup_experiment, tracking_uri
@@ -91,7 +91,7 @@ def _hms(seconds: float) -> str:
 
 def report_progress(client, ctx: SweepContext) -> None:
     """Logged by each job as it ends, counted from the server: 'trials done / to run, ETA'."""
-    counts = status_counts(invocation_runs(client, ctx.experiment_id, ctx.invocation))
+    counts = invocation_counts(client, ctx.experiment_id, ctx.invocation)
     failed = counts.get("FAILED", 0) + counts.get("KILLED", 0)
     done = counts.get("FINISHED", 0) + failed
     elapsed = time.time() - ctx.started
@@ -205,9 +205,9 @@ class SweepTracking(Callback):
             self.compositions.stop()
         ctx, client = self.ctx, self.client
         try:
-            runs = invocation_runs(client, ctx.experiment_id, ctx.invocation)
-            lost = mark_lost(client, runs, "lost: still RUNNING when its sweep ended (its worker died)")
-            counts = status_counts(invocation_runs(client, ctx.experiment_id, ctx.invocation))
+            running = invocation_runs(client, ctx.experiment_id, ctx.invocation, status="RUNNING")
+            lost = mark_lost(client, running, "lost: still RUNNING when its sweep ended (its worker died)")
+            counts = invocation_counts(client, ctx.experiment_id, ctx.invocation)
             done = done_cells(client, ctx.experiment_id, ctx.code_version)
             finished = sum((j.config_hash, j.target_key) in done for j in self.jobs)
             failed = ctx.total - finished          # every planned cell without a FINISHED run

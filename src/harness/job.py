@@ -47,10 +47,10 @@ class TrialRecord:
     """The trial's MLflow run: created RUNNING before the work, ended FINISHED or FAILED."""
 
     def __init__(self, client, cfg: DictConfig, ctx: SweepContext | None, experiment_id: str, target,
-                 target_run_id: str, job_num: int | None, fetched: bool):
+                 target_run_id: str, job_num: int | None, fetched: bool, chash: str):
         from mlflow.entities import Param
         self.client = client
-        tags = {KIND_TAG: TRIAL, "config_hash": config_hash(cfg), "target_key": target.key,
+        tags = {KIND_TAG: TRIAL, "config_hash": chash, "target_key": target.key,
                 "target_run_id": target_run_id, "target_fetched": str(fetched).lower(),
                 "torch_threads": str(cfg.threads), "pid": str(os.getpid()), "repo_path": str(REPO),
                 **environment_tags()}
@@ -192,6 +192,7 @@ def run_trial_job(cfg: DictConfig, ctx: SweepContext | None, num: int | None = N
                 log.info(line)
             return result.metrics
         uri = ctx.tracking_uri if ctx else tracking_uri(cfg)
+        chash = config_hash(cfg)
         client = client_for(uri)  # an unusable store is bad input too: find out before any work
         if ctx:
             if code_version() != ctx.code_version:
@@ -200,7 +201,7 @@ def run_trial_job(cfg: DictConfig, ctx: SweepContext | None, num: int | None = N
             from .targets import load_published_target
             corpus, target, fetched = load_published_target(cfg, ctx, client)
             experiment_id, target_run_id = ctx.experiment_id, ctx.target(target.key).run_id
-            if cfg.resume and is_done(client, experiment_id, ctx.code_version, config_hash(cfg), target.key):
+            if cfg.resume and is_done(client, experiment_id, ctx.code_version, chash, target.key):
                 log.info("trial #%d: an identical run already FINISHED, skipped", num)
                 return None
         else:
@@ -208,11 +209,11 @@ def run_trial_job(cfg: DictConfig, ctx: SweepContext | None, num: int | None = N
             experiment_id = setup_experiment(uri, cfg.tracking.experiment)
             corpus, target = load_target(cfg)
             fetched, target_run_id = False, publish_target(client, experiment_id, uri, target, cfg).run_id
-        record = TrialRecord(client, cfg, ctx, experiment_id, target, target_run_id, num, fetched)
+        record = TrialRecord(client, cfg, ctx, experiment_id, target, target_run_id, num, fetched, chash)
         if on_run:
             on_run(record.run_id)
         if ctx:
-            holder = claim_cell(client, ctx.parent_run_id, config_hash(cfg), record.run_id)
+            holder = claim_cell(client, ctx.parent_run_id, chash, record.run_id)
             if holder is not None:  # a duplicate of a job that runs or ran: give way, leave no run behind
                 client.delete_run(record.run_id)
                 record = None
