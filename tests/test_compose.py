@@ -62,10 +62,12 @@ def test_serving_answers_hydra_only_for_its_master_and_stops():
         compositions = Compositions(loader, master)
         compositions.serve()
         try:
-            assert as_data(loader.load_sweep_config(master, ["k=2"])).get("k") == 2
-            assert compositions.derived == 1
+            checked = loader.load_sweep_config(master, ["k=2"])          # the sweeper's check
+            assert checked.k == 2 and compositions.derived == 1
+            assert loader.load_sweep_config(master, ["k=2"]) is checked   # the launcher: handed on
+            assert loader.load_sweep_config(master, ["k=2"]) is not checked and compositions.derived == 2
             loader.load_sweep_config(other, ["k=2"])                      # another master: Hydra's own
-            assert compositions.derived == 1
+            assert compositions.derived == 2
         finally:
             compositions.stop()
     assert ConfigLoaderImpl.load_sweep_config is original

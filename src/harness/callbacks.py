@@ -12,6 +12,7 @@ Hydra skips on_multirun_end when a launcher raises, so an atexit hook does the s
 from __future__ import annotations
 
 import atexit
+import gc
 import importlib
 import logging
 import os
@@ -186,6 +187,9 @@ class SweepTracking(Callback):
         for handler in logging.getLogger().handlers:
             handler.addFilter(short)
         IN_SWEEP_PARENT = True
+        # at exit, freeze the heap first: the interpreter's teardown then skips collecting every
+        # object of torch, MLflow and Hydra (about 1 s of a sweep's wall time, for nothing)
+        atexit.register(gc.freeze)
         atexit.register(self._close, abnormal=True)
         log.info("sweep %s (%s): %d cells: %d done, %d to run, on %s (%s workers), tracked in %s%s", sweep_id, name,
                  len(jobs), len(skipped), len(jobs) - len(skipped), launcher_name(config),

@@ -11,8 +11,10 @@ sweep) and derives every job from its base: a copy with the job's value override
 and `override_dirname` Hydra keeps for it. An override it cannot derive so (a group choice, an
 add/delete, a package, a Hydra setting, a key that is not a leaf) makes it compose that job the
 normal way, and so does any error (Hydra's own message comes out). `serve(...)` answers Hydra's
-`load_sweep_config` from it in this process until `stop()`. tests/test_compose.py checks that
-a derived config equals Hydra's own composition, Hydra node included.
+`load_sweep_config` from it in this process until `stop()`: the sweeper's check gets a derived
+config and the launcher, asking next for the same job, gets that very config (the check only
+looks at it). tests/test_compose.py checks that a derived config equals Hydra's own
+composition, Hydra node included.
 """
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ class Compositions:
         self.parser = OverridesParser.create()
         self.parsed: dict[str, object] = {}   # override line -> Hydra's Override (`sweep={...}` is long)
         self.bases: dict[tuple[str, ...], DictConfig] = {}
+        self.pending: dict[tuple[str, ...], DictConfig] = {}   # served once, to be handed on once
         self.derived = self.composed = 0
 
     def compose(self, overrides: list[str]) -> DictConfig:
@@ -96,13 +99,23 @@ class Compositions:
 
     def stop(self) -> None:
         global _serving
+        self.pending.clear()
         if _serving is self:
             _serving = None
             ConfigLoaderImpl.load_sweep_config = _compose
+
+    def _serve(self, overrides: list[str]) -> DictConfig:
+        """The second request for a job (the launcher's, after the sweeper's check) gets the
+        config the first one got; a third composes again."""
+        key = tuple(overrides)
+        cfg = self.pending.pop(key, None)
+        if cfg is None:
+            cfg = self.pending[key] = self.compose(overrides)
+        return cfg
 
 
 def _load_sweep_config(loader, master_config, sweep_overrides):
     served = _serving
     if served is not None and loader is served.loader and master_config is served.master:
-        return served.compose(list(sweep_overrides))
+        return served._serve(list(sweep_overrides))
     return _compose(loader, master_config, sweep_overrides)
