@@ -203,6 +203,9 @@ def run(args: argparse.Namespace) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    # MLflow gives its logger an INFO handler of its own at import; its INFO lines (e.g. the
+    # pool class inherited from a sweep's environment) would bury a one-line error.
+    logging.getLogger("mlflow").setLevel(logging.WARNING)
     args = parse_args(argv)
     try:
         run(args)
