@@ -43,6 +43,30 @@ class Draft:
         what `propose` samples from. Used by the exactness checks."""
         raise NotImplementedError
 
+    @torch.no_grad()
+    def next_probs(self, context: list[int], temperature: float) -> list[float]:
+        """The distribution (V floats) of the next char after `context`, exactly what `propose`
+        samples from there. Tree verification builds its candidates from it. This default runs
+        `probs` over the whole context; table drafts override it with a lookup."""
+        return self.probs(torch.tensor([context]), temperature)[0, -1].tolist()
+
+    @torch.no_grad()
+    def sample_chain(self, prefix: torch.Tensor, k: int, temperature: float,
+                     gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """k drafts after each of B prefixes, batched, by the law `propose` uses: (B, P) ids ->
+        (drafts (B, k) ids, q (B, k, V): q[:, i] is the distribution drafts[:, i] was drawn from).
+
+        The exactness tests drive every draft through this with an independent sampler
+        (torch.multinomial); `propose` is tied to it by its own test. This default is the
+        autoregressive chain over `probs`; a draft whose i-th proposal does not condition on the
+        earlier drafts (heads on the target's hidden state) overrides it."""
+        seq, qs = prefix, []
+        for _ in range(k):
+            q = self.probs(seq, temperature)[:, -1]                   # (B, V)
+            seq = torch.cat([seq, torch.multinomial(q, 1, generator=gen)], 1)
+            qs.append(q)
+        return seq[:, prefix.shape[1]:], torch.stack(qs, 1)
+
     def describe(self) -> dict:
         """Draft facts worth logging (memory, smoothing, ...)."""
         return {}
