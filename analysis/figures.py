@@ -49,7 +49,7 @@ def acceptance_vs_k(acceptance: pd.DataFrame):
 
 def predicted_vs_measured(cells: pd.DataFrame):
     fig, ax = plt.subplots(figsize=(5, 5))
-    markers = {"seed": "o", "closed": "^", "extended": "s", "held_out": "x"}
+    markers = {"seed": "o", "closed": "^", "extended": "s", "held_out": "x", "paper": "D"}
     values = [cells["measured"]]
     for m, label in MODELS.items():
         pred = cells[f"pred_{m}"]

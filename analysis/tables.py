@@ -142,17 +142,21 @@ def cost_by_k_table(finished: pd.DataFrame) -> Table:
 
 
 def predictions_table(cells: pd.DataFrame) -> Table:
-    short = {"seed": "seed formula", "closed": "closed form", "extended": "extended", "held_out": "held out"}
+    short = {"seed": "seed formula", "closed": "closed form", "extended": "extended", "held_out": "held out",
+             "paper": "paper fit"}
     df = cells[["draft", "k", "measured"]].rename(columns={"measured": "measured median"})
     formats = {"measured median": ".2f"}
     for m, label in short.items():
+        if m == "paper" and cells[f"pred_{m}"].isna().all():
+            continue  # a sweep of the paper drafts alone (or of none): nothing held out
         df[label] = cells[f"pred_{m}"]
         df[f"{label} APE %"] = cells[f"ape_{m}"]
         formats |= {label: ".2f", f"{label} APE %": ".1f"}
     return Table("predicted_vs_measured", "Predicted vs measured", df, formats,
                  "Predicted speedup per cell (median over seeds of each trial's prediction) against the "
                  "measured pooled median; APE = |predicted - measured| / measured. Held out: the extended "
-                 "model fitted without the cell's draft.")
+                 "model fitted without the cell's draft. Paper fit (when the sweep has other drafts): the "
+                 "extended model fitted on the seed's drafts (bigram, int8, int4) only.")
 
 
 def model_errors_table(cells: pd.DataFrame) -> Table:
@@ -172,15 +176,18 @@ def fit_table(results: ModelResults) -> Table | None:
         df["without flagged trials"] = [getattr(results.without_flagged, p) for p in meaning]
     if results.plain is not None:
         df["plain least squares"] = [getattr(results.plain, p) for p in meaning]
+    if results.paper is not None:
+        df["paper drafts only"] = [getattr(results.paper, p) for p in meaning]
     for draft, fit in results.held_out.items():
         df[f"without {draft}"] = [getattr(fit, p) for p in meaning]
     formats = {c: ".4g" for c in df.columns[2:]}
     return Table("extended_fit", "Extended cost model: fitted parameters", df, formats,
-                 "T_B = n (t1 + o_base); T_S = P (t1 (1 + b k) + o_pass) + D td (1 + gamma); parameters shared by "
+                 "T_B = n (t1 + o_base); T_S = P (t1 (1 + b k) + o_pass) + D td (1 + gamma), k a tree's node count for a tree; parameters shared by "
                  "all drafts, bounded >= 0, fitted with a soft-L1 loss on the relative residuals (scale "
                  f"{F_SCALE:.0%} of the measured time), so one mis-measured trial weighs little. 'without flagged "
                  "trials': the same fit without the trials of the outliers table; 'plain least squares': unbounded, "
-                 "not robust, for comparison only; 'without X': fitted leaving draft X out (used for its held-out "
+                 "not robust, for comparison only; 'paper drafts only': fitted on bigram, int8 and int4 (it "
+                 "predicts every other draft's cells, held out); 'without X': fitted leaving draft X out (used for its held-out "
                  "predictions).")
 
 
@@ -263,7 +270,8 @@ def best_k_table(cells: pd.DataFrame) -> Table:
                           for m, k in zip(df["extended best k"], df["measured best k"])]
     df["recommendation"] = [recommendation(cells[cells["draft"] == d]) for d in df["draft"]]
     df = df.rename(columns={"measured": "measured median", "held_out best k": "held-out best k",
-                            "seed best k": "seed formula best k", "closed best k": "closed form best k"})
+                            "seed best k": "seed formula best k", "closed best k": "closed form best k",
+                            "paper best k": "paper fit best k"})
     return Table("best_k", "Best k per draft", df, {"measured median": ".2f", "min": ".2f", "max": ".2f"},
                  "Measured best k: highest pooled median speedup among the measured k; clear: its min-max range "
                  "lies above every other k's range; model best k: highest prediction over the same k. "
