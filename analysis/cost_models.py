@@ -14,7 +14,7 @@ c. extended     time of one generation
                     tv(k) = t1 (1 + b k)
                 predicted speedup = T_B / T_S.
    For a tree, k in tv(k) is the tree's node count (a verify pass scores every node; metric
-   `verify_nodes`) and D counts the drafted nodes.
+   `tree_nodes`) and D counts the drafted nodes.
    Four parameters, shared by all drafts, from three fits across trials, each linear in its
    parameters (the bounds and the loss are below):
                     b               tv - t1 = t1 b k                           (measured verify passes)
@@ -139,10 +139,10 @@ class Extended:
 
 def verify_nodes(t: pd.DataFrame) -> pd.Series:
     """Drafted positions a verify pass scores beyond the last committed char: k for a chain, the
-    tree's node count for a tree (metric `verify_nodes`; trials that predate it are chains)."""
-    if "verify_nodes" not in t:
+    tree's node count for a tree (metric `tree_nodes`; trials that predate it are chains)."""
+    if "tree_nodes" not in t:
         return t["k"].astype(float)
-    return t["verify_nodes"].astype(float).fillna(t["k"].astype(float))
+    return t["tree_nodes"].astype(float).fillna(t["k"].astype(float))
 
 
 def _rank(a: np.ndarray) -> int:

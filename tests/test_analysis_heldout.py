@@ -34,7 +34,7 @@ def new_draft_trials(name: str, nodes_per_depth: int, a: float = 0.8, t_draft: f
                          "baseline_passes": fx.N_CHARS, "target_pass_us": t1, "verify_pass_us": verify,
                          "draft_char_us": t_draft, "c": t_draft / t1, "chars_per_pass": fx.N_CHARS / passes,
                          "position_acceptance": a, "baseline_s_median": base_s, "speculative_s_median": spec_s,
-                         "verify_nodes": nodes,
+                         "tree_nodes": nodes,
                          "overhead_us_per_pass": (spec_s * 1e6 - passes * verify - passes * nodes * t_draft) / passes})
     return rows
 
@@ -64,8 +64,8 @@ def test_the_paper_fit_predicts_new_chain_and_tree_drafts_exactly(trials):
 
 
 def test_a_tree_priced_by_k_instead_of_its_node_count_is_mispredicted(trials):
-    """Negative control: without `verify_nodes` the tree's verify passes look k wide, not 3k."""
-    results = predict_trials(trials.drop(columns=["verify_nodes"]))
+    """Negative control: without `tree_nodes` the tree's verify passes look k wide, not 3k."""
+    results = predict_trials(trials.drop(columns=["tree_nodes"]))
     tree = trials["draft"] == "distilled+tree"
     measured = trials["baseline_s_median"] / trials["speculative_s_median"]
     error = (results.trials["pred_paper"][tree] / measured[tree] - 1).abs()
