@@ -122,6 +122,20 @@ def test_bad_hog_settings_are_refused(bad):
         CpuHog(**bad)
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["--seeds", "0;1"], "--seeds takes seeds separated by commas"),
+    (["--hog-cores", "-1"], "hog cores must be an integer >= 0"),
+    (["--hog-duty", "0"], "hog duty must be in (0, 1]"),
+    (["--keep", "KEPT"], "holds quiet/ or loaded/ already"),
+])
+def test_bad_benchmark_input_ends_with_one_line_and_status_2(argv, message, tmp_path, capsys):
+    (tmp_path / "quiet").mkdir()
+    with pytest.raises(SystemExit) as e:
+        bn.main([a.replace("KEPT", str(tmp_path)) for a in argv])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.startswith("error: ") and message in err and err.count("\n") == 1
+
+
 # --- comparisons on planted numbers -------------------------------------------------------------
 
 def cells(rows) -> pd.DataFrame:

@@ -1,7 +1,8 @@
 """The noisy-machine benchmark (printed, never asserted): `make bench-noise`.
 
-Runs a named sweep (default `paper`; extra Hydra overrides pass through, e.g.
-`hydra.sweeper.params.seed=0,1` for a two-seed slice) twice at n_jobs=1, each into a temporary
+Runs a named sweep (default `paper`; `--seeds 0,1` takes a slice of its seeds; any other Hydra
+override passes through, a swept one quoted for Hydra as in "hydra.sweeper.params.k='1,8'")
+twice at n_jobs=1, each into a temporary
 SQLite store of its own: quiet, then loaded with a CPU hog (src/harness/hog.py: busy children
 pinned one per core; by default as many as the usable cores, so that the core the timed trial
 runs on is contended too, not only the others). The hog starts just before the loaded sweep and
@@ -25,8 +26,8 @@ errors, flagged trials, the recommendations), and the two are printed side by si
    where that cell's measured interval does not lie above 1).
 
     python -m src.harness.bench_noise --sweep smoke
-    python -m src.harness.bench_noise --sweep paper hydra.sweeper.params.seed=0,1
-    python -m src.harness.bench_noise --sweep paper --hog-cores 1 --keep /tmp/noise   # stores kept
+    python -m src.harness.bench_noise --sweep paper --seeds 0,1
+    python -m src.harness.bench_noise --sweep paper --hog-cores 1 --keep DIR     # the stores kept in DIR
 """
 from __future__ import annotations
 
@@ -290,6 +291,12 @@ def report(q: Condition, l: Condition) -> None:
         part(q, l)
 
 
+def bad_input(message: str) -> None:
+    """One line on stderr and exit status 2, as every command here ends on bad input."""
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sweep", default="paper")
@@ -299,18 +306,24 @@ def main(argv: list[str] | None = None) -> None:
                     help="share of each 0.1 s the hog spins (default 1: all the time)")
     ap.add_argument("--keep", type=Path, help="keep the two stores in this folder (quiet/, loaded/) instead of "
                                               "a temporary one")
+    ap.add_argument("--seeds", help="a slice of the sweep's seeds, e.g. 0,1 (hydra.sweeper.params.seed)")
     ap.add_argument("overrides", nargs="*", help="extra Hydra overrides for both runs")
     args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger("mlflow").setLevel(logging.WARNING)
-    exit_on_sigterm()  # SIGTERM unwinds like Ctrl-C: the hog's `with` block stops its children on the way out
+    if args.seeds is not None:
+        if not re.fullmatch(r"\d+(,\d+)*", args.seeds):
+            bad_input(f"--seeds takes seeds separated by commas, e.g. 0,1; got {args.seeds!r}")
+        # quoted for Hydra, so that the list reaches the sweeper instead of sweeping Hydra's own config
+        args.overrides.append(f"hydra.sweeper.params.seed='{args.seeds}'")
     try:
         hog = CpuHog(cores=args.hog_cores, duty=args.hog_duty)
         if args.keep is not None and any((args.keep / c).exists() for c in ("quiet", "loaded")):
             # a sweep into a store that holds it already would resume it: nothing would be measured
             raise SpecsweepError(f"{args.keep} holds quiet/ or loaded/ already: name a new folder")
     except SpecsweepError as e:
-        sys.exit(f"error: {e}")
+        bad_input(str(e))
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("mlflow").setLevel(logging.WARNING)
+    exit_on_sigterm()  # SIGTERM unwinds like Ctrl-C: the hog's `with` block stops its children on the way out
     with tempfile.TemporaryDirectory() as tmp:
         root = args.keep or Path(tmp)
         quiet = run_condition("quiet", args.sweep, root / "quiet", args.overrides, None)
