@@ -23,7 +23,8 @@ errors, flagged trials, the recommendations), and the two are printed side by si
    negative (unphysical: only plain least squares can be);
 6. the trials flagged as outliers;
 7. the recommendations, and whether one contradicts its own cell (says "speculate with k = K"
-   where that cell's measured interval does not lie above 1).
+   where that cell's measured interval does not lie above 1), and whether the loaded advice
+   contradicts the quiet measurement of its cell.
 
     python -m src.harness.bench_noise --sweep smoke
     python -m src.harness.bench_noise --sweep paper --seeds 0,1
@@ -89,7 +90,7 @@ def pairs_spent(finished: pd.DataFrame, pairs: pd.DataFrame | None = None) -> di
     if "pairs_used" in finished:
         used = finished["pairs_used"].astype(float)
     else:
-        used = pairs.groupby(["draft", "k", "seed"]).size().astype(float) if pairs is not None else pd.Series()
+        used = pairs.groupby(["draft", "k", "seed"]).size().astype(float) if pairs is not None else pd.Series(dtype=float)
     width = finished["width_reached"].dropna() if "width_reached" in finished else pd.Series(dtype=float)
     return {"trials": len(finished), "median": used.median(), "max": used.max(),
             "width share": width.mean() if len(width) else np.nan,
@@ -270,10 +271,11 @@ def print_recommendations(q: Condition, l: Condition) -> None:
     for draft in sorted(set(rq) | set(rl)):
         tq, tl = rq.get(draft, ""), rl.get(draft, "")
         cq, cl = contradiction(q.report.cells, draft, tq), contradiction(l.report.cells, draft, tl)
+        cross = contradiction(q.report.cells, draft, tl)  # loaded advice against the quiet measurement
         rows.append([draft, tq, f"YES: {cq}" if cq else "no", tl, f"YES: {cl}" if cl else "no",
-                     "yes" if recommended_k(tq) == recommended_k(tl) else "no"])
+                     f"YES: {cross}" if cross else "no", "yes" if recommended_k(tq) == recommended_k(tl) else "no"])
     table(["draft", "quiet", "contradicted by its cell", "loaded", "contradicted by its cell",
-           "same advice (k or none)"], rows)
+           "loaded advice contradicted by the quiet cell", "same advice (k or none)"], rows)
 
 
 def print_header(q: Condition, l: Condition, sweep: str, overrides: list[str]) -> None:
