@@ -6,7 +6,7 @@ ARGS   ?=
 SWEEP  ?= paper
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run sweep ui analyze test bench bench-sweep clean-outputs
+.PHONY: help setup run sweep ui analyze test bench bench-sweep bench-noise clean-outputs
 .PHONY: setup-cluster tracking-server tracking-server-stop ray-up ray-down
 
 help: ## list the targets
@@ -46,6 +46,9 @@ bench: $(VENV)/.installed ## print the benchmark tables (loop overhead, quantize
 
 bench-sweep: $(VENV)/.installed ## the paper sweep at n_jobs=1 and 2: timing agreement, harness overhead, wall ratio (ARGS=--n1-only: the overhead alone)
 	$(PY) -m src.harness.bench_sweep --sweep $(SWEEP) $(ARGS)
+
+bench-noise: $(VENV)/.installed ## the sweep quiet, then under a CPU hog (n_jobs=1): cell agreement, pairs, model errors, fits, advice (ARGS="--seeds 0,1 --hog-cores 1")
+	$(PY) -m src.harness.bench_noise --sweep $(SWEEP) $(ARGS)
 
 tracking-server: $(VENV)/.installed-cluster ## MLflow server on PostgreSQL, both on 127.0.0.1, data in .cluster/ (ARGS="--port 5001 --pg-port 5433")
 	$(PY) -m src.harness.servers tracking-up $(ARGS)

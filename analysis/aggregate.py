@@ -1,19 +1,28 @@
 """Cells: trials aggregated across seeds.
 
-Counters and component times of a cell are the median over its seeds. Speedup is pooled:
-median, min and max over ALL timed pairs of all seeds of the cell (the pair ratios
-baseline time / speculative time); the median of the per-seed medians is given beside it.
+Counters and component times of a cell are the median over its seeds. Speedup is pooled over
+ALL timed pairs of all seeds of the cell (the pair ratios baseline time / speculative time):
+their median, the distribution-free interval for that median at the trials' configured
+confidence (`timing.confidence`, order statistics as src/engine/timing.py computes per trial:
+[X_(j), X_(n+1-j)] of the n pooled ratios with the largest j whose coverage
+1 - 2 BinomCDF(j - 1; n, 1/2) is at least the level), its exact coverage for those n pairs,
+and their [min, max] (the range, kept for the figures' reading of the scatter). The median of
+the per-seed medians is given beside them.
+
+With adaptive pairs the seeds of a cell contribute different numbers of pairs (a noisy trial
+adds more), so the pooled median weighs each seed by its pairs; the interval treats the pooled
+ratios as draws from one distribution, which the seeds (same cell, different sampled text)
+approximate.
 """
 from __future__ import annotations
 
 import pandas as pd
 
+from src.engine.timing import median_interval
+
 from .load import CELL, FINISHED, KEY
 
-
-def confidence_of_range(n: int) -> float:
-    """Coverage of [min, max] of n i.i.d. ratios as an interval for their median: 1 - 2 / 2^n."""
-    return 1.0 - 2.0 * 0.5 ** n if n > 0 else float("nan")
+DEFAULT_LEVEL = 0.95  # timing.confidence of runs that did not log one
 
 
 def cell_medians(finished: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
@@ -25,14 +34,24 @@ def cell_medians(finished: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
     return out.reset_index()
 
 
-def pooled_speedup(pairs: pd.DataFrame) -> pd.DataFrame:
-    """draft, k, pairs, median, min, max (pooled over every pair of every seed), seed_median, confidence."""
-    g = pairs.groupby(CELL, sort=True)["ratio"]
-    out = pd.DataFrame({"pairs": g.size(), "median": g.median(), "min": g.min(), "max": g.max()})
-    per_seed = pairs.groupby(KEY)["ratio"].median().groupby(CELL).median()
-    out["seed_median"] = per_seed
-    out["confidence"] = out["pairs"].map(confidence_of_range)
-    return out.reset_index()
+def configured_level(finished: pd.DataFrame) -> float:
+    """The trials' timing.confidence (the highest, should they differ); DEFAULT_LEVEL if none logged one."""
+    if "confidence" not in finished.columns or finished["confidence"].isna().all():
+        return DEFAULT_LEVEL
+    return float(finished["confidence"].max())
+
+
+def pooled_speedup(pairs: pd.DataFrame, level: float = DEFAULT_LEVEL) -> pd.DataFrame:
+    """draft, k, pairs, median, lo, hi, confidence (the interval for the median at `level` and its
+    coverage), min, max (pooled over every pair of every seed), seed_median."""
+    rows = []
+    for cell, ratios in pairs.groupby(CELL, sort=True)["ratio"]:
+        xs = ratios.tolist()
+        lo, hi, coverage = median_interval(xs, level)
+        rows.append((*cell, len(xs), ratios.median(), lo, hi, coverage, min(xs), max(xs)))
+    out = pd.DataFrame(rows, columns=CELL + ["pairs", "median", "lo", "hi", "confidence", "min", "max"])
+    per_seed = pairs.groupby(KEY)["ratio"].median().groupby(CELL).median().rename("seed_median")
+    return out.merge(per_seed.reset_index(), on=CELL, how="left") if len(out) else out.assign(seed_median=[])
 
 
 def trial_status(trials: pd.DataFrame) -> pd.DataFrame:

@@ -271,7 +271,8 @@ def predict_trials(finished: pd.DataFrame) -> ModelResults:
 
 
 def cell_predictions(trial_preds: pd.DataFrame, speedup: pd.DataFrame) -> pd.DataFrame:
-    """draft, k, measured (pooled median), min, max, per model pred_<m> and ape_<m> (percent), and
+    """draft, k, measured (pooled median), lo, hi (its interval), min, max (the pooled range), per model
+    pred_<m> and ape_<m> (percent), and
     pred_extended_lo / _hi: the lowest and highest cell prediction over the extended model's fits."""
     fits = [c for c in trial_preds.columns if c.startswith(FIT_PREFIX)]
     preds = trial_preds.groupby(CELL)[[f"pred_{m}" for m in MODELS] + fits].median()
@@ -280,7 +281,7 @@ def cell_predictions(trial_preds: pd.DataFrame, speedup: pd.DataFrame) -> pd.Dat
     else:  # one fit (or none): no spread to bound the prediction with
         preds["pred_extended_lo"] = preds["pred_extended_hi"] = np.nan
     preds = preds.drop(columns=fits)
-    cells = speedup[CELL + ["median", "min", "max"]].rename(columns={"median": "measured"})
+    cells = speedup[CELL + ["median", "lo", "hi", "min", "max"]].rename(columns={"median": "measured"})
     cells = cells.merge(preds.reset_index(), on=CELL, how="outer").sort_values(CELL).reset_index(drop=True)
     for m in MODELS:
         cells[f"ape_{m}"] = (cells[f"pred_{m}"] - cells["measured"]).abs() / cells["measured"] * 100
@@ -304,20 +305,20 @@ def model_errors(cells: pd.DataFrame) -> pd.DataFrame:
 
 
 def best_k(cells: pd.DataFrame) -> pd.DataFrame:
-    """Per draft: the k with the highest measured median speedup, whether it is clear (its [min, max]
-    lies above every other k's), and the k each model picks among the measured k (among the predicted
-    k for a draft without pair timings, whose measured columns are then blank)."""
+    """Per draft: the k with the highest measured median speedup, its interval [lo, hi], whether it is
+    clear (its interval lies above every other k's), and the k each model picks among the measured k
+    (among the predicted k for a draft without pair timings, whose measured columns are then blank)."""
     rows = []
     for draft, g in cells.groupby("draft", sort=True):
         measured = g.dropna(subset=["measured"])
-        row = {"draft": draft, "measured best k": pd.NA, "measured": np.nan, "min": np.nan, "max": np.nan,
+        row = {"draft": draft, "measured best k": pd.NA, "measured": np.nan, "lo": np.nan, "hi": np.nan,
                "clear": ""}
         if len(measured):
             best = measured.loc[measured["measured"].idxmax()]
             others = measured[measured["k"] != best["k"]]
-            row |= {"measured best k": int(best["k"]), "measured": best["measured"], "min": best["min"],
-                    "max": best["max"], "clear": "" if others.empty else
-                    "yes" if (others["max"] < best["min"]).all() else "no"}
+            row |= {"measured best k": int(best["k"]), "measured": best["measured"], "lo": best["lo"],
+                    "hi": best["hi"], "clear": "" if others.empty else
+                    "yes" if (others["hi"] < best["lo"]).all() else "no"}
         pool = measured if len(measured) else g
         for m in (m for m in MODELS if m != "paper" or cells["pred_paper"].notna().any()):  # it needs new drafts
             preds = pool[f"pred_{m}"].dropna()

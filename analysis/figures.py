@@ -1,6 +1,6 @@
 """The report's figures (matplotlib, Agg backend: no display needed).
 
-speedup vs k: per draft the pooled median with a min-max band, the extended model dashed and
+speedup vs k: per draft the pooled median with its interval as a band, the extended model dashed and
 the seed formula dotted, a line at 1.0; acceptance vs k; predicted vs measured with y = x.
 """
 from __future__ import annotations
@@ -21,13 +21,13 @@ def speedup_vs_k(cells: pd.DataFrame):
     for i, (draft, g) in enumerate(cells.dropna(subset=["measured"]).groupby("draft", sort=True)):
         color = f"C{i}"
         ax.plot(g["k"], g["measured"], "o-", color=color, label=f"{draft} (median)")
-        ax.fill_between(g["k"], g["min"], g["max"], color=color, alpha=0.2, linewidth=0)
+        ax.fill_between(g["k"], g["lo"], g["hi"], color=color, alpha=0.2, linewidth=0)
         if g["pred_extended"].notna().any():
             ax.plot(g["k"], g["pred_extended"], "--", color=color, label=f"{draft} extended model")
         ax.plot(g["k"], g["pred_seed"], ":", color=color, label=f"{draft} seed formula")
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set(xlabel="k (drafted chars per target pass)", ylabel="speedup (baseline / speculative)",
-           title="Speedup vs k (band: min-max over all pairs)")
+           title="Speedup vs k (band: interval for the pooled median)")
     ax.set_xticks(sorted(cells["k"].unique()))
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))  # outside: the lines cross everywhere
     return fig

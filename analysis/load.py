@@ -9,6 +9,7 @@ pair timings from different CPU models must not be pooled without saying so.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from dataclasses import dataclass
@@ -27,9 +28,12 @@ log = logging.getLogger(__name__)
 FINISHED = "FINISHED"
 KEY = ["draft", "k", "seed"]   # one trial
 CELL = ["draft", "k"]          # one table row: a trial aggregated across seeds
-INT_PARAMS = ["k", "seed", "n_chars", "pairs"]
-FLOAT_PARAMS = ["temperature"]
+INT_PARAMS = ["k", "seed", "n_chars", "pairs_min"]
+FLOAT_PARAMS = ["temperature", "confidence"]
 STR_PARAMS = ["draft", "target_key"]
+# column -> the params it is read from, per run the first one set: the configured minimum of pairs
+# was logged as `pairs` by older code; the interval's level is the flattened config's own param
+PARAM_SOURCES = {"pairs_min": ["pairs_min", "pairs"], "confidence": ["timing.confidence"]}
 TAGS = ["cpu_model", "host"]   # where a trial ran: tags.<name> -> column <name>, missing -> NA
 PAIR_METRIC = "speedup_pair"
 
@@ -105,7 +109,8 @@ def tidy_runs(raw: pd.DataFrame) -> pd.DataFrame:
                         "status": raw.get("status", pd.Series(dtype=str)),
                         "start_time": raw.get("start_time", pd.Series(dtype="datetime64[ns, UTC]"))})
     for name in STR_PARAMS + INT_PARAMS + FLOAT_PARAMS:
-        col = raw.get(f"params.{name}")
+        sources = [raw[f"params.{p}"] for p in PARAM_SOURCES.get(name, [name]) if f"params.{p}" in raw]
+        col = functools.reduce(pd.Series.combine_first, sources) if sources else None  # per run, the first set
         if col is None:
             out[name] = pd.NA
         elif name in STR_PARAMS:

@@ -28,7 +28,7 @@ from src.engine.atomic import write_text
 from src.engine.errors import SpecsweepError
 
 from . import figures
-from .aggregate import pooled_speedup, trial_status
+from .aggregate import configured_level, pooled_speedup, trial_status
 from .cost_models import ModelResults, cell_predictions, predict_trials
 from .export import atomic_folder, markdown, write_figure, write_table
 from .load import DEFAULT_EXPERIMENT, REPO, SweepData, connect, default_tracking_uri, load_sweep
@@ -63,7 +63,7 @@ def build_report(data: SweepData) -> Report:
         counts = data.trials["status"].value_counts().to_dict()
         raise SpecsweepError(f"sweep {data.sweep.sweep_id!r} has no finished trial (runs by status: {counts})")
     status = trial_status(data.trials)
-    speedup = pooled_speedup(data.pairs)
+    speedup = pooled_speedup(data.pairs, configured_level(finished))
     models = predict_trials(finished)
     cells = cell_predictions(models.trials, speedup)
     cells = cells.merge(cpu_models_per_cell(finished).rename("cpu_models").reset_index(), on=["draft", "k"], how="left")
@@ -109,9 +109,9 @@ def summary(report: Report, uri: str, experiment: str) -> str:
                       f"{d} k={k} seed={seed} ({', '.join(what)})" for (d, k, seed), what in per_trial.items()) + "."]
     best = next((t.df for t in report.tables if t.name == "best_k"), None)
     if best is not None and not best.empty:
-        lines += ["", "Recommendations (speculate only where a measured pooled range lies above 1):"]
+        lines += ["", "Recommendations (speculate only where a measured pooled interval lies above 1):"]
         lines += [f"- {r['draft']}: {r['recommendation']}"
-                  f"{'; the best measured k is not clear of the others (ranges overlap)' if r['clear'] == 'no' else ''}"
+                  f"{'; the best measured k is not clear of the others (intervals overlap)' if r['clear'] == 'no' else ''}"
                   "."
                   for _, r in best.iterrows()]
     return "\n".join(lines) + "\n"

@@ -97,7 +97,7 @@ def cpu_models_per_cell(finished: pd.DataFrame) -> pd.Series:
 def speedup_table(finished: pd.DataFrame, speedup: pd.DataFrame) -> Table:
     cpp = cell_medians(finished, ["chars_per_pass"]).rename(columns={"chars_per_pass": "chars per pass"})
     df = cpp.drop(columns="seeds").merge(speedup, on=["draft", "k"], how="left")
-    df["verdict"] = [verdict(lo, hi) for lo, hi in zip(df["min"], df["max"])]
+    df["verdict"] = [verdict(lo, hi) for lo, hi in zip(df["lo"], df["hi"])]
     df = df.merge(timing_flags(finished).reset_index(), on=["draft", "k"], how="left")
     df = df.merge(cpu_models_per_cell(finished).reset_index(), on=["draft", "k"], how="left")
     if "timing flags" not in df:
@@ -105,13 +105,15 @@ def speedup_table(finished: pd.DataFrame, speedup: pd.DataFrame) -> Table:
     mixed = df["CPU models"] > 1
     df["timing flags"] = [("; ".join(filter(None, [f, f"mixed CPU models ({n})"])) if m else f)
                           for f, n, m in zip(df["timing flags"].fillna(""), df["CPU models"], mixed)]
-    df = df.rename(columns={"seed_median": "median of seed medians", "confidence": "range confidence"})
+    df = df.rename(columns={"seed_median": "median of seed medians", "confidence": "interval confidence"})
     return Table("speedup", "Measured speedup", df,
-                 {"chars per pass": ".2f", "median": ".2f", "min": ".2f", "max": ".2f",
-                  "median of seed medians": ".2f", "range confidence": ".4f"},
-                 "Speedup = baseline time / speculative time of one alternated pair. median, min and max are "
-                 "over ALL pairs of all seeds of the cell (pooled ratios); range confidence = coverage of "
-                 "[min, max] as an interval for the median, 1 - 2/2^pairs. Timing flags: worst IQR/median "
+                 {"chars per pass": ".2f", "median": ".2f", "lo": ".2f", "hi": ".2f", "min": ".2f", "max": ".2f",
+                  "median of seed medians": ".2f", "interval confidence": ".4f"},
+                 "Speedup = baseline time / speculative time of one alternated pair. median, lo-hi, min and max "
+                 "are over ALL pairs of all seeds of the cell (pooled ratios); lo-hi = the distribution-free "
+                 "interval for the median at the trials' timing.confidence (order statistics X_(j), X_(n+1-j) "
+                 "of the n pooled ratios), interval confidence = its exact coverage for n pairs; the verdict "
+                 "reads it. min-max: the range of the pooled ratios. Timing flags: worst IQR/median "
                  f"of an arm over the cell's trials (> {SPREAD_WARN:.0%} noisy, > {SPREAD_BAD:.0%} unreliable), "
                  f"CPU/wall below {CPU_WALL_LOW}. CPU models: distinct cpu_model tags of the cell's trials (a "
                  "missing tag counts as 'unknown'); more than one: the pooled pairs mix CPUs (flagged).")
@@ -212,7 +214,7 @@ def where_1(lo: float, hi: float) -> str:
 
 def recommendation(g: pd.DataFrame) -> str:
     """One draft's cells -> what to do, with the reason. "speculate with k = K" only where the cell's
-    measured pooled [min, max] lies above 1, or, for a draft without pair timings, where the extended
+    measured pooled interval [lo, hi] lies above 1, or, for a draft without pair timings, where the extended
     model's spread over its fits does; otherwise "not demonstrated" and why. Where the model's best k
     is not the recommended (or best measured) k, the text says what that k measured; a cell whose pairs
     come from several CPU models (column cpu_models, where present) says so."""
@@ -237,13 +239,13 @@ def recommendation(g: pd.DataFrame) -> str:
                 f"{r['pred_extended']:.2f}x, {spread}")
 
     def measured_text(r: pd.Series) -> str:
-        slower = ": a slowdown" if r["max"] < 1 else ""
+        slower = ": a slowdown" if r["hi"] < 1 else ""
         mixed = f", pairs pooled over {int(r['cpu_models'])} CPU models" if r.get("cpu_models", 1) > 1 else ""
-        return (f"{r['measured']:.2f}x, range {r['min']:.2f}-{r['max']:.2f} {where_1(r['min'], r['max'])}"
+        return (f"{r['measured']:.2f}x, interval {r['lo']:.2f}-{r['hi']:.2f} {where_1(r['lo'], r['hi'])}"
                 f"{slower}{mixed}")
 
     top = measured.loc[measured["measured"].idxmax()]
-    shown = measured[measured["min"] > 1]
+    shown = measured[measured["lo"] > 1]
     notes = []
     if len(shown):
         pick = shown.loc[shown["measured"].idxmax()]
@@ -272,10 +274,11 @@ def best_k_table(cells: pd.DataFrame) -> Table:
     df = df.rename(columns={"measured": "measured median", "held_out best k": "held-out best k",
                             "seed best k": "seed formula best k", "closed best k": "closed form best k",
                             "paper best k": "paper fit best k"})
-    return Table("best_k", "Best k per draft", df, {"measured median": ".2f", "min": ".2f", "max": ".2f"},
-                 "Measured best k: highest pooled median speedup among the measured k; clear: its min-max range "
-                 "lies above every other k's range; model best k: highest prediction over the same k. "
-                 "Recommendation: speculate only with a k whose measured pooled [min, max] lies above 1 (the "
+    return Table("best_k", "Best k per draft", df, {"measured median": ".2f", "lo": ".2f", "hi": ".2f"},
+                 "Measured best k: highest pooled median speedup among the measured k; lo-hi: its interval (see the "
+                 "speedup table); clear: that interval lies above every other k's; model best k: highest prediction "
+                 "over the same k. Recommendation: speculate only with a k whose measured pooled interval lies "
+                 "above 1 (the "
                  "highest median among those); a draft without pair timings only where the extended model's "
                  "spread over its fits (all drafts, each draft left out) lies above 1. Otherwise not "
                  "demonstrated, with the reason; where the model prefers another k, what that k measured.")

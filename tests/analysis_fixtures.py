@@ -167,8 +167,8 @@ def true_speedup(draft: str, k: int, seed: int = 1, truth: Truth = Truth()) -> f
 
 
 def _params(draft, k, seed) -> list[Param]:
-    values = {"draft": draft, "k": k, "seed": seed, "n_chars": N_CHARS, "pairs": PAIRS,
-              "temperature": 1.0, "target_key": "tgt0", "model.n_layer": 2}
+    values = {"draft": draft, "k": k, "seed": seed, "n_chars": N_CHARS, "pairs_min": PAIRS,
+              "temperature": 1.0, "target_key": "tgt0", "model.n_layer": 2, "timing.confidence": 0.95}
     return [Param(name, str(v)) for name, v in values.items()]
 
 

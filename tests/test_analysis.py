@@ -15,14 +15,16 @@ import numpy as np
 import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
+from scipy.stats import binom
 
 import analysis_fixtures as fx
 from analysis import report as report_cli
-from analysis.aggregate import pooled_speedup, trial_status
+from analysis.aggregate import configured_level, pooled_speedup, trial_status
 from analysis.cost_models import MODELS, best_k, fit_extended
 from analysis.export import latex, markdown
-from analysis.load import connect, load_sweep
+from analysis.load import connect, load_sweep, tidy_runs
 from analysis.report import build_report, write_outputs
+from analysis.tables import verdict
 from src.engine.errors import SpecsweepError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -127,8 +129,18 @@ def test_position_acceptance_has_k_columns_per_cell(planted, report):
     assert "| int4 | 2 | 3 | 0.800 | 0.640 |  |" in markdown(positions)
 
 
-def test_pooled_speedup_is_exact_over_all_pairs_of_all_seeds(planted, data):
-    sp = pooled_speedup(data.pairs)
+def order_statistic_interval(ratios: list[float], level: float) -> tuple[float, float, float]:
+    """[X_(j), X_(n+1-j)] with the largest j covering the median at `level` (scipy's binomial, not the
+    engine's own integer arithmetic), and its coverage."""
+    s, n = sorted(ratios), len(ratios)
+    coverage = {j: 1 - 2 * binom.cdf(j - 1, n, 0.5) for j in range(1, (n + 1) // 2 + 1)}
+    j = max([j for j, c in coverage.items() if c >= level], default=1)
+    return s[j - 1], s[n - j], coverage[j]
+
+
+@pytest.mark.parametrize("level", [0.95, 0.80])
+def test_pooled_speedup_is_exact_over_all_pairs_of_all_seeds(planted, data, level):
+    sp = pooled_speedup(data.pairs, level)
     for draft, k in CELLS:
         ratios = planted_ratios(planted, draft, k)
         if not ratios:
@@ -139,17 +151,33 @@ def test_pooled_speedup_is_exact_over_all_pairs_of_all_seeds(planted, data):
         assert r["min"] == min(ratios) and r["max"] == max(ratios)
         seed_medians = [m["speedup_median"] for m in planted_cell(planted, draft, k)]
         assert r["seed_median"] == pytest.approx(np.median(seed_medians), rel=1e-12)
-        assert r["confidence"] == 1 - 2 * 0.5 ** len(ratios)
+        lo, hi, coverage = order_statistic_interval(ratios, level)
+        assert (r["lo"], r["hi"]) == (lo, hi) and r["confidence"] == pytest.approx(coverage, abs=1e-12)
+        assert r["confidence"] >= level and min(ratios) < lo <= hi < max(ratios)  # >= 15 pairs: inside the range
     # here the pooled median is not the median of seed medians: the columns must not be mixed up
     r = row(sp, draft="int8", k=2)
     assert abs(r["median"] - r["seed_median"]) > 1e-3
+
+
+def test_the_configured_level_and_the_minimum_of_pairs_come_from_the_params(data):
+    f = data.finished
+    assert (f["confidence"] == 0.95).all() and (f["pairs_min"] == fx.PAIRS).all()
+    assert configured_level(f.assign(confidence=0.8)) == 0.8
+    assert configured_level(f.drop(columns="confidence")) == 0.95  # runs that logged none: the default
+    mixed = pd.DataFrame({"run_id": ["old", "new"], "status": ["FINISHED"] * 2,
+                          "params.pairs": ["7", None], "params.pairs_min": [None, "5"]})  # `pairs`: older code
+    assert tidy_runs(mixed)["pairs_min"].tolist() == [7, 5]
 
 
 def test_speedup_table_verdicts_and_timing_flags(report):
     df = table(report, "speedup")
     assert row(df, draft="int4", k=4)["verdict"] == "faster"
     assert row(df, draft="int8", k=1)["verdict"] == "slower"
-    assert row(df, draft="bigram", k=8)["verdict"] == "no demonstrated change"  # 0.95-1.01 straddles 1
+    # bigram k=8 (true 0.98x): the range of its 15 pooled pairs, 0.95-1.01, straddles 1; the verdict reads
+    # the 96.5% interval for the median, 0.96-0.99, which lies below 1
+    r = row(df, draft="bigram", k=8)
+    assert r["min"] < 1 < r["max"] and r["hi"] < 1 and r["verdict"] == "slower"
+    assert verdict(0.95, 1.01) == "no demonstrated change" and verdict(1.01, 1.2) == "faster"
     assert row(df, draft="int8", k=8)["timing flags"] == "unreliable: spread 30%"
     assert row(df, draft="int8", k=4)["timing flags"] == ""
 
@@ -277,20 +305,21 @@ def test_best_k_from_the_model_matches_the_measured_best_k(report):
         assert best.loc[draft, "model agrees"] == "yes"
     assert (best["clear"] == "yes").all()
     assert best.loc["bigram", "seed formula best k"] == 4  # fooled by the missing overheads
-    assert best.loc["bigram", "recommendation"] == "speculate with k = 2 (measured 1.23x, range 1.21-1.26 lies above 1)"
-    assert best.loc["int8", "recommendation"] == ("not demonstrated: best measured k = 1, 0.81x, range 0.79-0.83 "
+    assert best.loc["bigram", "recommendation"] == ("speculate with k = 2 (measured 1.23x, interval 1.22-1.25 lies "
+                                                    "above 1)")
+    assert best.loc["int8", "recommendation"] == ("not demonstrated: best measured k = 1, 0.81x, interval 0.81-0.81 "
                                                   "lies below 1: a slowdown")
 
 
-def test_best_k_is_not_clear_when_ranges_overlap():
+def test_best_k_is_not_clear_when_intervals_overlap():
     cells = pd.DataFrame({"draft": ["d", "d", "d"], "k": [1, 2, 4], "measured": [1.10, 1.12, 0.90],
-                          "min": [1.00, 1.05, 0.85], "max": [1.20, 1.18, 0.95]})
+                          "lo": [1.00, 1.05, 0.85], "hi": [1.20, 1.18, 0.95]})
     for m in MODELS:
         cells[f"pred_{m}"] = [1.0, 0.9, 1.1]
     best = best_k(cells).iloc[0]
     assert best["measured best k"] == 2 and best["clear"] == "no"  # k=1 reaches 1.20 > 1.05
     assert best["seed best k"] == 4
-    cells.loc[0, "max"] = 1.04
+    cells.loc[0, "hi"] = 1.04
     assert best_k(cells).iloc[0]["clear"] == "yes"
 
 
@@ -335,8 +364,8 @@ def test_report_writes_every_table_and_figure_and_logs_them(planted, tmp_path, c
     stdout = capsys.readouterr().out
     assert stdout.startswith(f"# Sweep paper ({fx.SWEEP_ID})")
     assert "32 finished, 3 failed, 4 missing" in stdout
-    assert ("| bigram | 2 | 1.23 | 1.21 | 1.26 | yes | 4 | 4 | 2 | 2 | yes | "
-            "speculate with k = 2 (measured 1.23x, range 1.21-1.26 lies above 1) |") in stdout
+    assert ("| bigram | 2 | 1.23 | 1.22 | 1.25 | yes | 4 | 4 | 2 | 2 | yes | "
+            "speculate with k = 2 (measured 1.23x, interval 1.22-1.25 lies above 1) |") in stdout
     names = ["status", "acceptance", "acceptance_by_position", "speedup", "cost", "cost_by_k",
              "predicted_vs_measured", "model_errors", "extended_fit", "outliers", "best_k", "exactness"]
     for name in names:

@@ -12,7 +12,7 @@ REPO = Path(__file__).resolve().parent.parent
 CONF, SWEEPS = REPO / "conf", REPO / "sweeps"
 GROUP_OPTIONS = [(g.name, p.stem) for g in sorted(CONF.iterdir()) if g.is_dir() for p in sorted(g.glob("*.yaml"))]
 SWEEP_FILES = sorted(p.stem for p in SWEEPS.glob("*.yaml"))
-REQUIRED_PARAMS = ["draft", "k", "seed", "n_chars", "pairs", "temperature", "target_key"]
+REQUIRED_PARAMS = ["draft", "k", "seed", "n_chars", "pairs_min", "temperature", "target_key"]
 REQUIRED_METRICS = ["acceptance", "chars_per_pass", "target_passes", "c", "target_pass_us", "draft_char_us",
                     "verify_pass_us", "speedup_median", "speedup_min", "speedup_max", "predicted_speedup",
                     "acceptance_pos_1", "analytic_acceptance", "position_acceptance", "pairs_used",

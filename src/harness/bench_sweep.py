@@ -3,7 +3,8 @@
 Runs the same named sweep three times into temporary stores: at n_jobs=1, again at n_jobs=1
 (the control: how well two sequential runs agree on this noisy machine), and at n_jobs=2.
 Prints:
-1. timing agreement, per trial (5 pairs each) and per cell (all pairs of all seeds pooled):
+1. timing agreement, per trial (each over its own pairs: `timing.pairs` at least, more where
+   adaptive pairs added some) and per cell (all pairs of all seeds pooled):
    how often each run's median speedup lies within the other's [min, max], for the control
    pair (1 vs 1) and the parallel pair (1 vs 2), the median relative gap between medians, and
    whether the deterministic counters are identical; then the per-cell table for 1 vs 2;
@@ -22,56 +23,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
-import sys
 import tempfile
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from .paths import REPO
-from .store import DEFAULT_EXPERIMENT, KIND_TAG, SWEEP, TRIAL
+from .bench_runs import SweepRun, load, run_sweep
 
 COUNTERS = ["acceptance", "chars_per_pass", "target_passes", "accepted", "proposed", "analytic_acceptance"]
-
-
-@dataclass
-class SweepRun:
-    uri: str
-    started: float                 # epoch seconds, just before the command was started
-    wall: float                    # seconds, from then until the command exited
-    trials: dict = field(default_factory=dict)   # (draft, k, seed) -> {metrics..., "pairs", "start", "end"}
-    parent: dict = field(default_factory=dict)   # the sweep's parent run's metrics
-
-
-def run_sweep(sweep: str, n_jobs: int, folder: Path, extra: list[str]) -> SweepRun:
-    uri = f"sqlite:///{folder}/mlflow.db"
-    cmd = [sys.executable, "-m", "src.run", "--config-dir", "sweeps", "--config-name", sweep,
-           f"hydra.launcher.n_jobs={n_jobs}", f"tracking.uri={uri}", f"hydra.sweep.dir={folder}/sweep", *extra]
-    started = time.time()
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
-    wall = time.perf_counter() - t0
-    if proc.returncode != 0:
-        sys.exit(f"error: the {sweep} sweep at n_jobs={n_jobs} failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
-    return SweepRun(uri, started, wall)
-
-
-def load(run: SweepRun) -> SweepRun:
-    """The FINISHED trials ((draft, k, seed) -> metrics, pair ratios, start and end in epoch
-    seconds) and the parent run's metrics."""
-    from mlflow.tracking import MlflowClient
-    client = MlflowClient(run.uri)
-    exp = client.get_experiment_by_name(DEFAULT_EXPERIMENT)
-    runs = client.search_runs([exp.experiment_id], f"tags.`{KIND_TAG}` = '{TRIAL}'", max_results=5000)
-    for r in runs:
-        if r.info.status == "FINISHED":
-            pairs = [m.value for m in client.get_metric_history(r.info.run_id, "speedup_pair")]
-            run.trials[(r.data.params["draft"], int(r.data.params["k"]), int(r.data.params["seed"]))] = {
-                **r.data.metrics, "pairs": pairs, "start": r.info.start_time / 1000, "end": r.info.end_time / 1000}
-    parents = client.search_runs([exp.experiment_id], f"tags.`{KIND_TAG}` = '{SWEEP}'", max_results=1)
-    run.parent = dict(parents[0].data.metrics) if parents else {}
-    return run
 
 
 def summary(ratios: list[float]) -> tuple[float, float, float]:

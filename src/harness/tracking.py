@@ -192,7 +192,7 @@ def environment_tags() -> dict:
 def trial_params(cfg: DictConfig, target_key: str) -> dict:
     params = {key: str(v) for key, v in flatten(trial_config(cfg)).items()}
     params.update({"draft": cfg.draft.name, "k": str(cfg.k), "seed": str(cfg.seed), "n_chars": str(cfg.n_chars),
-                   "pairs": str(cfg.timing.pairs), "temperature": str(cfg.temperature), "target_key": target_key})
+                   "pairs_min": str(cfg.timing.pairs), "temperature": str(cfg.temperature), "target_key": target_key})
     return {key: v[:6000] for key, v in params.items()}
 
 
