@@ -117,6 +117,12 @@ def tidy_runs(raw: pd.DataFrame) -> pd.DataFrame:
             out[name] = col
         else:
             out[name] = pd.to_numeric(col, errors="coerce")
+    # a tree's trials are cells of their own: draft "<draft>+tree<widths>" (e.g. bigram+tree4-2-2-1),
+    # never pooled with the chain's trials of the same draft and k (k is the tree's depth)
+    verify, widths = raw.get("params.verify"), raw.get("params.tree_widths")
+    if verify is not None and widths is not None:
+        tree = (verify == "tree") & widths.notna()
+        out.loc[tree, "draft"] = out.loc[tree, "draft"] + "+tree" + widths[tree]
     for name in TAGS:
         col = raw.get(f"tags.{name}")
         out[name] = pd.Series(pd.NA, index=out.index, dtype=object) if col is None else col.astype(object)

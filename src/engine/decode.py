@@ -37,13 +37,15 @@ def check_fits(model: Transformer, prompt_len: int, n_chars: int, k: int = 0) ->
                          f"the model's context window of {model.cfg.block_size}")
 
 
-def prefill(target: Transformer, prompt: list[int]) -> torch.Tensor:
-    """Cache the prompt except its last char; return the positions tensor (block_size,)."""
+def prefill(target: Transformer, prompt: list[int], extra: int = 0) -> torch.Tensor:
+    """Cache the prompt except its last char, in a cache with `extra` scratch slots beyond
+    block_size (a tree's nodes); return the positions tensor (block_size + extra,), whose
+    entries serve as positions and as cache slots alike."""
     if len(prompt) < 1:
         raise ValueError("the prompt must have at least one character")
     device = target.causal.device
-    positions = torch.arange(target.cfg.block_size, device=device)
-    target.setup_cache(1)
+    target.setup_cache(1, extra)
+    positions = torch.arange(target.cfg.block_size + extra, device=device)
     if len(prompt) > 1:
         target(torch.tensor([prompt[:-1]], device=device), positions[: len(prompt) - 1])
     return positions

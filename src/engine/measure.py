@@ -8,18 +8,24 @@ import torch
 
 from .decode import prefill
 from .drafts.base import Draft
-from .sampling import probs_from_logits, sample, speculative_accept, tvd
+from .sampling import probs_from_logits, sample, speculative_accept, tvd, uniforms
 from .timing import interleaved_medians
+from .tree import TreeMasks, build_tree, max_nodes, tree_accept, tree_inputs
 
 
 @torch.no_grad()
 def measure_cost(target, draft: Draft, prompt: list[int], k: int, temperature: float, reps: int, device: str,
-                 rounds: int = 7) -> dict:
+                 rounds: int = 7, tree_widths=None) -> dict:
     """Component times in microseconds: one 1-char target pass, one (k+1)-char verify pass, and
     the draft's time per drafted char (a whole k-char proposal, its Python loop included,
     divided by k). The three are timed in `rounds` interleaved rounds (a block of `reps` calls
     of each, in rotating order; the draft's block has reps // k proposals), and each is the
-    median over rounds of its block's mean per call, so a burst of load cannot hit one alone."""
+    median over rounds of its block's mean per call, so a burst of load cannot hit one alone.
+
+    tree_widths: time a tree instead (`tree_cost`): the verify pass over the tree's nodes and
+    the draft's time per node."""
+    if tree_widths is not None:
+        return tree_cost(target, draft, prompt, tree_widths, temperature, reps, device, rounds)
     gen = torch.Generator(device=device).manual_seed(0)
     positions = prefill(target, prompt)
     P = len(prompt)
@@ -40,10 +46,44 @@ def measure_cost(target, draft: Draft, prompt: list[int], k: int, temperature: f
 
 
 @torch.no_grad()
-def exactness_check(target, draft: Draft, prompt: list[int], temperature: float, samples: int, seed: int) -> dict:
+def tree_cost(target, draft: Draft, prompt: list[int], widths, temperature: float, reps: int, device: str,
+              rounds: int = 7) -> dict:
+    """measure_cost for a tree: one 1-char target pass, one verify pass over [last char, N
+    nodes] (tree mask, scratch slots: the loop's own forward, its inputs prepared untimed), and
+    the draft's time per node (a whole tree built, next_probs calls and draws included, divided
+    by its N nodes). N is the node count of a tree drafted after the prompt: the full shape's
+    unless the draft's rows there have fewer chars with mass than a width."""
+    gen = torch.Generator(device=device).manual_seed(0)
+    positions = prefill(target, prompt, extra=max_nodes(widths))
+    P = len(prompt)
+    one = torch.tensor([prompt[-1:]], device=device)          # (1, 1)
+    tree = build_tree(draft, prompt, widths, temperature, gen)
+    idx, pos, slots, mask = tree_inputs(tree, P, positions, TreeMasks(positions.device))  # (1, 1+N), ...
+    n = tree.n_nodes
+    t = interleaved_medians({"target": (lambda: target(one, positions[P - 1:P]), reps),
+                             "verify": (lambda: target(idx, pos, slots, mask), reps),
+                             "draft": (lambda: build_tree(draft, prompt, widths, temperature, gen),
+                                       max(1, reps // max(1, tree.internal)))}, rounds, device)
+    return {"target_pass_us": t["target"] * 1e6, "verify_pass_us": t["verify"] * 1e6,
+            "draft_char_us": t["draft"] / n * 1e6, "c": t["draft"] / n / t["target"], "verify_nodes": n}
+
+
+class _FixedRow:
+    """A stand-in draft for a depth-1 tree: next_probs is the draft's row after the prompt."""
+    def __init__(self, row):
+        self.row = row
+
+    def next_probs(self, context, temperature):
+        return self.row
+
+
+@torch.no_grad()
+def exactness_check(target, draft: Draft, prompt: list[int], temperature: float, samples: int, seed: int,
+                    tree_widths=None) -> dict:
     """The seed's check: the first char after `prompt`, `samples` times, by the speculative
     rule and directly from the target; TVD of each histogram to the exact target distribution.
-    Only the first emitted char is read, so one drafted position suffices."""
+    Only the first emitted char is read, so one drafted position suffices; with tree_widths,
+    the root's widths[0] candidates (drawn without replacement, recursive rejection) suffice."""
     device = target.causal.device
     gen = torch.Generator(device=device).manual_seed(seed)
     positions = prefill(target, prompt)
@@ -54,7 +94,13 @@ def exactness_check(target, draft: Draft, prompt: list[int], temperature: float,
     V = p.numel()
     p2, q1 = torch.stack([p, p]), q.unsqueeze(0)  # (2, V), (1, V): k = 1; p2[1] is never read for the first char
     first = []
-    for _ in range(samples):
+    if tree_widths is not None:
+        fixed, shape, P_rows = _FixedRow(q.tolist()), (tree_widths[0],), [p.tolist()] * (1 + tree_widths[0])
+        for _ in range(samples):  # P_rows[child] is only read for the bonus, never the first char
+            tree = build_tree(fixed, prompt, shape, temperature, gen)
+            path, nxt, _, _ = tree_accept(P_rows, tree, uniforms(tree.n_nodes + 1, gen))
+            first.append(tree.tokens[path[0]] if path else nxt)
+    for _ in range(samples if tree_widths is None else 0):
         d1 = sample(q, gen)
         n, nxt = speculative_accept(p2, q1, [d1], gen)
         first.append(d1 if n == 1 else nxt)

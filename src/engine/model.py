@@ -3,6 +3,12 @@
 `forward(idx, input_pos)` writes keys/values at the given positions and returns logits at
 every input position, so one pass can verify k+1 drafted positions, and rejecting drafts is
 only a rewind of the position (nothing is copied or concatenated), as in gpt-fast.
+
+Tree verification (src/engine/tree.py) passes two more arguments: `slots`, the cache slots the
+inputs' keys/values go to (tree nodes at the same depth share a position, so they get scratch
+slots after the committed prefix, in a cache allocated with `extra` slots beyond block_size),
+and an explicit boolean `mask` over the cache's slots. `move_cache` then copies the accepted
+path's keys/values into place. The chain's forward is unchanged: both default to the position.
 """
 from __future__ import annotations
 
@@ -25,19 +31,26 @@ class ModelConfig:
 
 
 class KVCache(nn.Module):
-    """Keys and values for one layer, written by position. Shapes (B, H, block_size, Dh)."""
+    """Keys and values for one layer, written by slot (the position, unless a tree pass says
+    otherwise). Shapes (B, H, slots, Dh), slots = block_size + extra scratch slots."""
 
-    def __init__(self, batch: int, n_head: int, block_size: int, head_dim: int, dtype, device):
+    def __init__(self, batch: int, n_head: int, slots: int, head_dim: int, dtype, device):
         super().__init__()
-        shape = (batch, n_head, block_size, head_dim)
+        shape = (batch, n_head, slots, head_dim)
         self.register_buffer("k", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
         self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
 
-    def update(self, input_pos: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
-        # input_pos: (T,), k/v: (B, H, T, Dh) -> full cache tensors (B, H, block_size, Dh)
-        self.k[:, :, input_pos] = k
-        self.v[:, :, input_pos] = v
+    def update(self, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
+        # slots: (T,), k/v: (B, H, T, Dh) -> full cache tensors (B, H, S, Dh)
+        self.k[:, :, slots] = k
+        self.v[:, :, slots] = v
         return self.k, self.v
+
+    def move(self, src: torch.Tensor, dst: torch.Tensor) -> None:
+        """Copy slots src (n,) to dst (n,). Advanced indexing gathers before it writes, so
+        overlapping ranges are safe."""
+        self.k[:, :, dst] = self.k[:, :, src]
+        self.v[:, :, dst] = self.v[:, :, src]
 
 
 class Attention(nn.Module):
@@ -50,13 +63,13 @@ class Attention(nn.Module):
         self.dropout = cfg.dropout
         self.kv_cache: KVCache | None = None
 
-    def forward(self, x, mask, input_pos):
+    def forward(self, x, mask, slots):
         B, T, C = x.shape  # (B, T, d_model)
         q, k, v = self.qkv(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, self.head_dim).transpose(1, 2) for t in (q, k, v))
         if self.kv_cache is not None:
-            # attend over the whole cache; `mask` hides positions after each query's own
-            k, v = self.kv_cache.update(input_pos, k, v)
+            # attend over the whole cache; `mask` (T, S) hides every slot a query may not see
+            k, v = self.kv_cache.update(slots, k, v)
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         else:
             drop = self.dropout if self.training else 0.0
@@ -77,8 +90,8 @@ class Block(nn.Module):
             nn.Linear(4 * cfg.d_model, cfg.d_model, bias=False),
         )
 
-    def forward(self, x, mask, input_pos):
-        x = x + self.attn(self.ln1(x), mask, input_pos)
+    def forward(self, x, mask, slots):
+        x = x + self.attn(self.ln1(x), mask, slots)
         return x + self.mlp(self.ln2(x))
 
 
@@ -92,10 +105,15 @@ class Transformer(nn.Module):
         self.ln_f = nn.LayerNorm(cfg.d_model)
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.apply(self._init)
-        # causal mask over the cache: row i may see columns 0..i. (block_size, block_size)
-        causal = torch.tril(torch.ones(cfg.block_size, cfg.block_size, dtype=torch.bool))
-        self.register_buffer("causal", causal, persistent=False)
         self._cache_batch = 0
+        self.cache_extra = 0  # scratch slots beyond block_size in the current cache
+        self._set_causal(cfg.block_size)
+
+    def _set_causal(self, slots: int) -> None:
+        # causal mask over the cache: row (position) i may see slots 0..i; the scratch slots
+        # beyond block_size are never visible to a chain query. (block_size, slots)
+        causal = torch.tril(torch.ones(self.cfg.block_size, slots, dtype=torch.bool))
+        self.register_buffer("causal", causal.to(self.tok_emb.weight.device), persistent=False)
 
     @staticmethod
     def _init(m):
@@ -105,36 +123,49 @@ class Transformer(nn.Module):
     def n_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
-    def setup_cache(self, batch: int = 1) -> None:
-        """Allocate a KV cache for `batch` sequences (once; later calls reuse it)."""
-        if self._cache_batch == batch:
+    def setup_cache(self, batch: int = 1, extra: int = 0) -> None:
+        """Allocate a KV cache for `batch` sequences with block_size + `extra` slots (the
+        extra ones are scratch for tree nodes). Later calls with the same arguments reuse it;
+        other arguments reallocate it (its contents are gone), so a chain or baseline run
+        after a tree run attends over exactly block_size slots again."""
+        if self._cache_batch == batch and self.cache_extra == extra:
             return
         p = next(self.parameters())
+        slots = self.cfg.block_size + extra
         for blk in self.blocks:
-            blk.attn.kv_cache = KVCache(batch, blk.attn.n_head, self.cfg.block_size,
-                                        blk.attn.head_dim, p.dtype, p.device)
-        self._cache_batch = batch
+            blk.attn.kv_cache = KVCache(batch, blk.attn.n_head, slots, blk.attn.head_dim, p.dtype, p.device)
+        if self.causal.shape[1] != slots:
+            self._set_causal(slots)
+        self._cache_batch, self.cache_extra = batch, extra
 
     def drop_cache(self) -> None:
         for blk in self.blocks:
             blk.attn.kv_cache = None
         self._cache_batch = 0
 
+    def move_cache(self, src: torch.Tensor, dst: torch.Tensor) -> None:
+        """Copy the keys/values of cache slots src (n,) to slots dst (n,) in every layer."""
+        for blk in self.blocks:
+            blk.attn.kv_cache.move(src, dst)
+
     @contextmanager
     def cache_set_aside(self):
         """For full-sequence forwards (evaluation, exactness checks) on a model that has a
         cache: drop it, and on exit allocate a fresh one of the same batch (its contents are
         gone: the caller starts a new sequence afterwards)."""
-        saved = self._cache_batch
+        saved, extra = self._cache_batch, self.cache_extra
         self.drop_cache()
         try:
             yield self
         finally:
             if saved:
-                self.setup_cache(saved)
+                self.setup_cache(saved, extra)
 
-    def forward(self, idx: torch.Tensor, input_pos: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, idx: torch.Tensor, input_pos: torch.Tensor | None = None,
+                slots: torch.Tensor | None = None, mask: torch.Tensor | None = None) -> torch.Tensor:
         """idx: (B, T) token ids. input_pos: (T,) their positions, required with a cache.
+        slots: (T,) the cache slots their keys/values are written to (default: input_pos).
+        mask: (T, S) bool, the cache slots each input attends to (default: causal by position).
 
         Returns logits (B, T, vocab) for every input position.
         """
@@ -143,10 +174,11 @@ class Transformer(nn.Module):
             if self._cache_batch:
                 raise ValueError("input_pos is required while a KV cache is set up")
             input_pos = torch.arange(T, device=idx.device)
-            mask = None
-        else:
-            mask = self.causal[input_pos]  # (T, block_size)
+        elif mask is None:
+            mask = self.causal[input_pos]  # (T, S)
         x = self.tok_emb(idx) + self.pos_emb(input_pos)
+        if slots is None:
+            slots = input_pos
         for blk in self.blocks:
-            x = blk(x, mask, input_pos)
+            x = blk(x, mask, slots)
         return self.head(self.ln_f(x))

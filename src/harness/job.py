@@ -37,8 +37,8 @@ from .context import SweepContext
 from .ledger import claim_cell, is_done
 from .paths import REPO
 from .store import KIND_TAG, TRIAL
-from .tracking import client_for, code_version, config_hash, environment_tags, log_trial_result, setup_experiment, \
-    trial_params, tracking_uri
+from .tracking import client_for, code_version, config_hash, environment_tags, log_trial_result, run_name, \
+    setup_experiment, trial_params, tracking_uri
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ class TrialRecord:
                          "n_jobs": str(ctx.n_jobs)})
         else:
             tags.update({"sweep_id": "none", "n_jobs": "1"})
-        name = f"{cfg.draft.name}-k{cfg.k}-s{cfg.seed}"
+        name = run_name(cfg)
         self.run_id = client.create_run(experiment_id, run_name=name, tags=tags).info.run_id
         self.opened = time.perf_counter()
         items = [Param(k, v) for k, v in trial_params(cfg, target.key).items()]
@@ -170,7 +170,7 @@ def record_early_failure(cfg: DictConfig, ctx: SweepContext, num: int | None, me
         tags = {KIND_TAG: TRIAL, "mlflow.parentRunId": ctx.parent_run_id, "sweep_id": ctx.sweep_id,
                 "sweep_name": ctx.sweep_name, "sweep_invocation": ctx.invocation, "job_num": str(num),
                 "config_hash": config_hash(cfg), "error": message[:5000], **environment_tags()}
-        run_id = client.create_run(ctx.experiment_id, run_name=f"{cfg.draft.name}-k{cfg.k}-s{cfg.seed}",
+        run_id = client.create_run(ctx.experiment_id, run_name=run_name(cfg),
                                    tags=tags).info.run_id
         client.set_terminated(run_id, "FAILED")
     except Exception as e:

@@ -18,19 +18,23 @@ def trial_block(cfg, r: TrialResult) -> str:
     m = r.metrics
     k = cfg.k
     per_pos = " ".join(f"{m[f'acceptance_pos_{i}']:.2f}" for i in range(1, k + 1))
+    tree = "tree_nodes" in m
+    verify_size = f"1+{m['verify_nodes']:.0f} nodes" if tree else "k+1"
     lines = [
-        f"draft {r.info['draft']}  k={k}  seed={cfg.seed}  n_chars={cfg.n_chars}  temperature={cfg.temperature}",
+        f"draft {r.info['draft']}  k={k}  seed={cfg.seed}  n_chars={cfg.n_chars}  temperature={cfg.temperature}"
+        f"  verify={r.info.get('verify', 'chain')}",
         f"target {r.info['target_key']}: {r.info['target_params']} params, val loss {r.info['target_val_loss']:.4f} nats/char",
         f"acceptance        {m['acceptance']:.3f}  (per tested position {m['position_acceptance']:.3f}, "
         f"analytic {m['analytic_acceptance']:.3f})",
-        f"P(draft i kept)   {per_pos}",
+        f"P(draft i kept)   {per_pos}" + ("  (tree: P(path reaches depth i))" if tree else ""),
         f"chars per pass    {m['chars_per_pass']:.2f}   target passes {m['target_passes']} (baseline {m['baseline_passes']})",
-        f"cost              target pass {m['target_pass_us']:.0f} us, verify pass (k+1) {m['verify_pass_us']:.0f} us, "
-        f"draft {m['draft_char_us']:.1f} us/char, c = {m['c']:.3f}",
+        f"cost              target pass {m['target_pass_us']:.0f} us, verify pass ({verify_size}) {m['verify_pass_us']:.0f} us, "
+        f"draft {m['draft_char_us']:.1f} us/{'node' if tree else 'char'}, c = {m['c']:.3f}",
         f"speedup           {m['speedup_median']:.2f}x [{m['speedup_lo']:.2f}-{m['speedup_hi']:.2f}] over "
         f"{m['pairs_used']} pair{'s' * (m['pairs_used'] != 1)} ({m['speedup_interval_confidence']:.1%} interval for "
         f"the median; {stop_text(r)})",
-        f"predicted         {m['predicted_speedup']:.2f}x  = chars per pass / (1 + k c)",
+        f"predicted         {m['predicted_speedup']:.2f}x  = chars per pass / (1 + "
+        + (f"{m['nodes_per_pass']:.1f} nodes per pass x c)" if tree else "k c)"),
     ]
     if m["min_cpu_wall_ratio"] < 0.8:
         lines.append(f"warning: a timed run got only {m['min_cpu_wall_ratio']:.2f} CPU/wall (descheduled)")

@@ -189,10 +189,24 @@ def environment_tags() -> dict:
             "python_version": platform.python_version()}
 
 
+def verify_params(cfg: DictConfig) -> dict:
+    """verify = chain | tree, and for a tree its shape (`tree_widths`, e.g. 4-2-2-1)."""
+    from .trial import tree_label, tree_widths_of
+    widths = tree_widths_of(cfg)
+    return {"verify": "chain"} if widths is None else {"verify": "tree", "tree_widths": tree_label(widths)}
+
+
+def run_name(cfg: DictConfig) -> str:
+    """A trial run's name: <draft>-k<k>-s<seed>, a tree's as <draft>-tree<widths>-s<seed>."""
+    tree = verify_params(cfg).get("tree_widths")
+    return f"{cfg.draft.name}-{f'tree{tree}' if tree else f'k{cfg.k}'}-s{cfg.seed}"
+
+
 def trial_params(cfg: DictConfig, target_key: str) -> dict:
     params = {key: str(v) for key, v in flatten(trial_config(cfg)).items()}
     params.update({"draft": cfg.draft.name, "k": str(cfg.k), "seed": str(cfg.seed), "n_chars": str(cfg.n_chars),
-                   "pairs_min": str(cfg.timing.pairs), "temperature": str(cfg.temperature), "target_key": target_key})
+                   "pairs_min": str(cfg.timing.pairs), "temperature": str(cfg.temperature), "target_key": target_key,
+                   **verify_params(cfg)})
     return {key: v[:6000] for key, v in params.items()}
 
 

@@ -28,6 +28,7 @@ from ..engine.measure import exactness_check, measure_cost
 from ..engine.drafts.base import Draft
 from ..engine.errors import SpecsweepError
 from ..engine.timing import PairedTiming, paired_timing, timing_options
+from ..engine.tree import check_widths, generate_tree, max_nodes
 from ..engine.train import TrainConfig, TrainedTarget, get_target, target_location
 from .paths import REPO
 
@@ -48,6 +49,7 @@ def validate(cfg: DictConfig) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or value < lo:
             raise SpecsweepError(f"{name} must be an integer >= {lo}, got {value!r}")
     integer("k", cfg.k, 1)
+    tree_widths_of(cfg)
     integer("n_chars", cfg.n_chars, 1)
     integer("seed", cfg.seed, 0)
     integer("timing.pairs", cfg.timing.pairs, 1)
@@ -63,6 +65,32 @@ def validate(cfg: DictConfig) -> None:
     if need > cfg.model.block_size:
         raise SpecsweepError(f"prompt ({len(cfg.prompt)}) + n_chars ({cfg.n_chars}) + k ({cfg.k}) = {need} chars "
                              f"exceeds the model's context window of {cfg.model.block_size}")
+
+
+def tree_widths_of(cfg: DictConfig) -> tuple[int, ...] | None:
+    """The tree's widths for verify=tree, None for the chain (also for a config without the
+    verify group); a bad shape, or a k other than the tree's depth, is refused in one line."""
+    verify = cfg.get("verify")
+    name = verify.get("name", "chain") if verify is not None else "chain"
+    if name == "chain":
+        return None
+    if name != "tree":
+        raise SpecsweepError(f"unknown verify {name!r} (chain or tree)")
+    widths = verify.get("widths")
+    try:
+        shape = check_widths(OmegaConf.to_container(widths) if OmegaConf.is_config(widths) else widths,
+                             "verify.widths")
+    except ValueError as e:
+        raise SpecsweepError(str(e)) from None
+    if cfg.k != len(shape):
+        raise SpecsweepError(f"verify=tree: k ({cfg.k}) must equal the tree's depth, len(verify.widths) = "
+                             f"{len(shape)} for widths {list(shape)}; set k={len(shape)}")
+    return shape
+
+
+def tree_label(widths) -> str:
+    """A tree shape as a short label: (4, 2, 2, 1) -> '4-2-2-1'."""
+    return "-".join(map(str, widths))
 
 
 def timing_options_of(cfg: DictConfig) -> dict:
@@ -180,12 +208,18 @@ def run_trial(cfg: DictConfig, progress: bool = True, loaded=None, timing_lock=N
     draft = build_draft(cfg, target, corpus)
     prompt = target.tokenizer.encode(cfg.prompt).tolist()
     k, n, T = cfg.k, cfg.n_chars, cfg.temperature
+    widths = tree_widths_of(cfg)
 
     def new_gen():
         return torch.Generator(device=device).manual_seed(cfg.seed)
 
+    def speculate(gen, track_overlap=True):
+        if widths is None:
+            return generate_speculative(model, draft, prompt, n, k, T, gen, track_overlap=track_overlap)
+        return generate_tree(model, draft, prompt, n, widths, T, gen, track_overlap=track_overlap)
+
     # deterministic counters: exact given the seed
-    g = generate_speculative(model, draft, prompt, n, k, T, new_gen())
+    g = speculate(new_gen())
     metrics = {
         "acceptance": g.accepted / g.proposed,
         "position_acceptance": g.accepted / g.tested,
@@ -198,22 +232,27 @@ def run_trial(cfg: DictConfig, progress: bool = True, loaded=None, timing_lock=N
         "accepted": g.accepted,
     }
     for i, a in enumerate(g.accepted_at, start=1):
-        metrics[f"acceptance_pos_{i}"] = a / g.target_passes
+        metrics[f"acceptance_pos_{i}"] = a / g.target_passes   # tree: passes whose path reached depth i
+    # drafted chars per pass: k for the chain, the tree's nodes (fewer where a draft row has
+    # fewer chars with mass than a width) for a tree; the cost model's draft term is this times c
+    per_pass = g.proposed / g.target_passes
+    if widths is not None:
+        metrics.update({"tree_depth": len(widths), "tree_nodes": max_nodes(widths), "nodes_per_pass": per_pass})
 
     with timing_lock or nullcontext():
-        metrics.update(measure_cost(model, draft, prompt, k, T, cfg.timing.cost_reps, device))
+        metrics.update(measure_cost(model, draft, prompt, k, T, cfg.timing.cost_reps, device, tree_widths=widths))
         timing = paired_timing(lambda: generate_baseline(model, prompt, n, T, new_gen()),
-                               lambda: generate_speculative(model, draft, prompt, n, k, T, new_gen(),
-                                                            track_overlap=False),
+                               lambda: speculate(new_gen(), track_overlap=False),
                                cfg.timing.pairs, device, **timing_options_of(cfg))
     metrics.update(timing.summary())
-    metrics["predicted_speedup"] = metrics["chars_per_pass"] / (1 + k * metrics["c"])
+    metrics["predicted_speedup"] = metrics["chars_per_pass"] / (1 + per_pass * metrics["c"])
     # loop overhead left after the measured components, per pass (used by the cost models)
     spec_s = metrics["speculative_s_median"]
     metrics["overhead_us_per_pass"] = (spec_s * 1e6 - g.target_passes * metrics["verify_pass_us"]
                                        - g.proposed * metrics["draft_char_us"]) / g.target_passes
     if cfg.exactness.enabled:
-        metrics.update(exactness_check(model, draft, prompt, T, cfg.exactness.samples, cfg.seed))
-    info = {"target_key": target.key, "target_val_loss": target.val_loss,
+        metrics.update(exactness_check(model, draft, prompt, T, cfg.exactness.samples, cfg.seed, tree_widths=widths))
+    info = {"target_key": target.key, "target_val_loss": target.val_loss, "verify": "chain" if widths is None
+            else f"tree {tree_label(widths)} ({max_nodes(widths)} nodes)",
             "target_params": model.n_params(), "draft": draft.name, **{f"draft_{a}": b for a, b in draft.describe().items()}}
     return TrialResult(metrics, timing, target.tokenizer.decode(g.tokens), info)

@@ -57,6 +57,11 @@ class BigramDraft(Draft):
             drafts.append(prev)
         return drafts, q                               # q: k rows of V floats
 
+    def next_probs(self, context, temperature):
+        """A lookup: the row of the last char, the very list `propose` hands over (read-only)."""
+        self._tables(temperature)
+        return self._rows[context[-1]]
+
     @torch.no_grad()
     def probs(self, idx, temperature):
         q_table, _ = self._tables(temperature)
