@@ -6,7 +6,7 @@ ARGS   ?=
 SWEEP  ?= paper
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run sweep ui analyze test bench bench-sweep bench-noise clean-outputs
+.PHONY: help setup run sweep ui analyze test bench bench-sweep bench-noise bench-drafts clean-outputs
 .PHONY: setup-cluster tracking-server tracking-server-stop ray-up ray-down
 
 help: ## list the targets
@@ -49,6 +49,9 @@ bench-sweep: $(VENV)/.installed ## the paper sweep at n_jobs=1 and 2: timing agr
 
 bench-noise: $(VENV)/.installed ## the sweep quiet, then under a CPU hog (n_jobs=1): cell agreement, pairs, model errors, fits, advice (ARGS="--seeds 0,1 --hog-cores 1")
 	$(PY) -m src.harness.bench_noise --sweep $(SWEEP) $(ARGS)
+
+bench-drafts: $(VENV)/.installed ## table drafts (ngram, distilled) by context length: acceptance, cost c, cold cost, memory (ARGS="--orders 4,6 distilled.distill_chars=400000")
+	$(PY) -m src.harness.bench_drafts $(ARGS)
 
 tracking-server: $(VENV)/.installed-cluster ## MLflow server on PostgreSQL, both on 127.0.0.1, data in .cluster/ (ARGS="--port 5001 --pg-port 5433")
 	$(PY) -m src.harness.servers tracking-up $(ARGS)

@@ -11,6 +11,7 @@ corpus's sha256, the split and the vocabulary). A file that changes is read and 
 """
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 import os
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from hydra.utils import instantiate
+from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from ..engine.corpus import load_corpus
@@ -183,12 +184,25 @@ def train_ids_of(cfg: DictConfig, target: TrainedTarget, corpus) -> torch.Tensor
     return ids
 
 
+def draft_cache_kwargs(draft_cfg: DictConfig, cfg: DictConfig, target: TrainedTarget) -> dict:
+    """cache_dir (<data.cache_dir>/drafts) and target_key for a draft class whose __init__ takes
+    them (the table drafts cache their tables there); nothing for the others."""
+    try:
+        params = inspect.signature(get_class(draft_cfg._target_).__init__).parameters
+    except Exception:  # an unknown class: instantiate reports it
+        return {}
+    if "cache_dir" in params and "target_key" in params:
+        return {"cache_dir": str(repo_path(cfg.data.cache_dir) / "drafts"), "target_key": target.key}
+    return {}
+
+
 def build_draft(cfg: DictConfig, target: TrainedTarget, corpus, draft_cfg: DictConfig | None = None) -> Draft:
     """The draft of `draft_cfg` (default: cfg.draft), fitted to `target` and the training split."""
     draft_cfg = cfg.draft if draft_cfg is None else draft_cfg
     train_ids = train_ids_of(cfg, target, corpus)
     try:
-        return instantiate(draft_cfg, target=target.model, train_ids=train_ids)
+        return instantiate(draft_cfg, target=target.model, train_ids=train_ids,
+                           **draft_cache_kwargs(draft_cfg, cfg, target))
     except SpecsweepError:
         raise
     except Exception as e:  # a draft config whose class or arguments do not fit

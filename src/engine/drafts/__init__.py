@@ -1,7 +1,10 @@
 """Draft models. Each is built from its `conf/draft/NAME.yaml` by Hydra's instantiate."""
 from .base import Draft
 from .bigram import BigramDraft
+from .distilled import DistilledDraft
 from .model_draft import ModelDraft
+from .ngram import NgramDraft
 from .quantized import QuantizedDraft
+from .table import TableDraft
 
-__all__ = ["Draft", "BigramDraft", "ModelDraft", "QuantizedDraft"]
+__all__ = ["Draft", "BigramDraft", "DistilledDraft", "ModelDraft", "NgramDraft", "QuantizedDraft", "TableDraft"]

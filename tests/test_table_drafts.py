@@ -1,0 +1,257 @@
+"""The table drafts (src/engine/drafts/ngram.py, distilled.py, table.py): the n-gram table against
+a plain-Python modified Kneser-Ney, the distilled table against the target itself, the two lookup
+paths (batched tensors, memoized Python rows) against each other, and the on-disk cache.
+
+Their sampling exactness is checked with every other draft in tests/test_exactness.py and
+tests/test_decode.py (both run over every file in conf/draft/)."""
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+
+from src.engine.drafts import DistilledDraft, NgramDraft
+from src.engine.drafts.distilled import target_probs, window_starts
+from src.engine.errors import SpecsweepError
+from src.engine.sampling import probs_from_logits
+from src.harness.trial import build_draft, train_ids_of
+from tests.conftest import compose_cfg
+
+
+@pytest.fixture(scope="module")
+def train_ids(tiny):
+    cfg, corpus, target = tiny
+    return train_ids_of(cfg, target, corpus)
+
+
+def reference_kn(ids: list[int], order: int, V: int, continuation: bool = True):
+    """Interpolated modified Kneser-Ney written out plainly: P(w | h) for a context tuple h.
+    continuation=False (a NEGATIVE CONTROL) uses raw counts at every level."""
+    grams = {m: Counter(tuple(ids[i:i + m]) for i in range(len(ids) - m + 1)) for m in range(1, order + 2)}
+    levels = {}
+    for j in range(order + 1):                     # context length j
+        if j == order or not continuation:
+            levels[j] = grams[j + 1]
+        else:
+            levels[j] = Counter(g[1:] for g in grams[j + 2])
+    disc = {}
+    for j, c in levels.items():
+        n = [sum(1 for v in c.values() if v == r) for r in (1, 2, 3, 4)]
+        y = n[0] / (n[0] + 2 * n[1]) if n[0] + n[1] else 0.5     # undefined estimates: the fallbacks of ngram.py
+        raw = (1 - 2 * y * n[1] / n[0] if n[0] else 0.5, 2 - 3 * y * n[2] / n[1] if n[1] else 1.0,
+               3 - 4 * y * n[3] / n[2] if n[2] else 1.5)
+        disc[j] = [min(max(d, 0.05), r) for r, d in zip((1, 2, 3), raw)]
+    by_context = {j: {} for j in levels}
+    for j, c in levels.items():
+        for g, v in c.items():
+            by_context[j].setdefault(g[:-1], {})[g[-1]] = v
+
+    def D(j, v):
+        return disc[j][min(v, 3) - 1]
+
+    def prob(h: tuple, w: int) -> float:
+        if h is None:
+            return 1.0 / V
+        lower = h[1:] if h else None
+        seen = by_context[len(h)].get(h)
+        if not seen:
+            return prob(lower, w)
+        total = sum(seen.values())
+        gamma = sum(D(len(h), v) for v in seen.values())
+        v = seen.get(w, 0)
+        own = max(v - D(len(h), v), 0) / total if v else 0.0
+        return own + gamma / total * prob(lower, w)
+    return prob
+
+
+# ---- n-gram -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("order", [1, 3])
+def test_ngram_rows_are_modified_kneser_ney(tiny, train_ids, order):
+    """Every row (seen contexts, unseen ones, the sequence start) equals the plain formula; the
+    negative control (raw counts at the lower levels) is told apart by the same comparison."""
+    _, _, target = tiny
+    V = target.tokenizer.vocab_size
+    text_ids = train_ids[:3000]
+    draft = NgramDraft(target.model, text_ids, order=order)
+    gen = torch.Generator().manual_seed(0)
+    idx = torch.cat([text_ids[:40].view(2, 20), torch.randint(0, V, (2, 20), generator=gen)])  # (4, 20)
+    q = draft.probs(idx, 1.0)                                                   # (4, 20, V)
+    ids = text_ids.tolist()
+    for continuation, should_match in ((True, True), (False, False)):
+        prob = reference_kn(ids, order, V, continuation)
+        expected = torch.tensor([[[prob(tuple(row[max(0, t + 1 - order):t + 1]), w) for w in range(V)]
+                                  for t in range(idx.shape[1])] for row in idx.tolist()])
+        gap = (expected - q.double()).abs().max().item()
+        assert (gap < 1e-6) == should_match, (continuation, gap)
+
+
+def test_ngram_rows_are_distributions_with_mass_everywhere(tiny, drafts, gen):
+    _, _, target = tiny
+    V = target.tokenizer.vocab_size
+    idx = torch.randint(0, V, (16, 24), generator=gen)   # mostly unseen contexts: back off to shorter ones
+    for T in (1.0, 0.7):
+        q = drafts["ngram"].probs(idx, T)
+        torch.testing.assert_close(q.sum(-1), torch.ones(16, 24), atol=1e-6, rtol=0)
+        assert (q > 0).all()
+
+
+def test_ngram_frequent_context_reproduces_its_counts_and_unseen_backs_off(tiny, train_ids):
+    _, _, target = tiny
+    V = target.tokenizer.vocab_size
+    draft = NgramDraft(target.model, train_ids, order=2)
+    ids = train_ids.tolist()
+    follows = Counter((ids[i], ids[i + 1], ids[i + 2]) for i in range(len(ids) - 2))
+    contexts = Counter((a, b) for a, b, _ in follows.elements())
+    (a, b), n = contexts.most_common(1)[0]
+    assert n > 1000
+    empirical = torch.tensor([follows[(a, b, w)] / n for w in range(V)])
+    q = torch.tensor(draft.next_probs([a, b], 1.0))
+    assert 0.5 * (q - empirical).abs().sum() < 0.01                # discounts take < 1% of a frequent context
+    # a context never seen backs off to its longest seen suffix, exactly
+    unseen = next((x, b) for x in range(V) if contexts[(x, b)] == 0)
+    assert draft.next_probs(list(unseen), 1.0) == draft.next_probs([b], 1.0)
+    assert draft.next_probs([a, b], 1.0) != draft.next_probs([b], 1.0)
+
+
+# ---- distilled --------------------------------------------------------------------------------
+
+def causal_probs(model, ids: list[int]) -> torch.Tensor:
+    """The target's T=1 distribution after the last of `ids`, from one plain forward."""
+    with torch.no_grad(), model.cache_set_aside():
+        return probs_from_logits(model(torch.tensor([ids]))[0, -1], 1.0)
+
+
+def test_windows_cover_every_position_once_with_left_context():
+    for n, length in ((128, 128), (1000, 128), (1001, 128), (300, 256)):
+        left = length // 8
+        starts = window_starts(n, length, left)
+        covered, done = [], 0
+        for s in starts:
+            assert s == 0 or done >= s + left                   # every contributed position has `left` before it
+            covered += list(range(done, s + length))
+            done = s + length
+        assert covered == list(range(n))
+
+
+def test_distilled_probs_are_the_targets_in_every_window(tiny, train_ids):
+    _, _, target = tiny
+    ids = train_ids[:700]
+    p = target_probs(target.model, ids, batch=3)
+    L = target.model.cfg.block_size
+    starts = window_starts(len(ids), L, L // 8)
+    for t in (0, 5, L - 1, L, 300, 699):
+        s = max(x for x in starts if x <= max(0, t - L // 8)) if t >= L else 0
+        torch.testing.assert_close(p[t], causal_probs(target.model, ids[s:t + 1].tolist()), atol=1e-6, rtol=1e-5)
+
+
+def singleton_position(ids: list[int], order: int, below: int) -> int:
+    """A position t < below whose last `order` chars occur exactly once in ids (as a context)."""
+    counts = Counter(tuple(ids[t - order + 1:t + 1]) for t in range(order - 1, len(ids)))
+    return next(t for t in range(order - 1, below) if counts[tuple(ids[t - order + 1:t + 1])] == 1)
+
+
+def test_distilled_context_seen_once_is_the_targets_distribution(tiny, train_ids):
+    _, _, target = tiny
+    V, order, eps = target.tokenizer.vocab_size, 6, 1e-4
+    ids = train_ids[:4000]
+    t = singleton_position(ids.tolist(), order, target.model.cfg.block_size)   # in the first window
+    p = causal_probs(target.model, ids[:t + 1].tolist()).double()
+    longest = DistilledDraft(target.model, ids, order=order, distill_chars=4000, backoff="longest",
+                             min_count=1, prune=0.0, floor=eps)
+    q = torch.tensor(longest.next_probs(ids[:t + 1].tolist(), 1.0), dtype=torch.float64)
+    torch.testing.assert_close(q, (1 - eps) * p + eps / V, atol=1e-6, rtol=1e-5)
+    # interpolate: (p + beta * the suffix's row) / (1 + beta), before the floor
+    beta = 2.0
+    interp = DistilledDraft(target.model, ids, order=order, distill_chars=4000, backoff="interpolate",
+                            beta=beta, prune=0.0, floor=eps)
+    ctx = ids[t - order + 1:t + 1].tolist()
+    code, n = interp._code(ctx)
+    suffix = torch.tensor(interp._base_row(*interp._code(ctx[1:])), dtype=torch.float64)
+    row = torch.tensor(interp._base_row(code, n), dtype=torch.float64)
+    torch.testing.assert_close(row, (p + beta * suffix) / (1 + beta), atol=1e-6, rtol=1e-5)
+
+
+# ---- both: lookup paths, hot loop, cache, bad input -------------------------------------------
+
+@pytest.mark.parametrize("name", ["ngram", "distilled"])
+def test_python_rows_are_the_batched_rows(tiny, drafts, train_ids, name):
+    """`propose`/`next_probs` (memoized Python rows) and `probs`/`sample_chain` (batched tensors)
+    compute the same rows: bit for bit at T = 1 and 0, to the last bit at T = 0.7."""
+    draft = drafts[name]
+    idx = train_ids[2000:2240].view(4, 60)
+    ctx = draft._contexts(idx).reshape(-1, draft.order)
+    for T, tol in ((1.0, 0.0), (0.0, 0.0), (0.7, 1e-15)):
+        batched = draft._finish(draft._rows64(ctx), T).view(4, 60, -1)
+        python = torch.tensor([[draft.next_probs(row[:t + 1], T) for t in range(60)] for row in idx.tolist()],
+                              dtype=torch.float64)
+        assert (python - batched).abs().max().item() <= tol, T
+        torch.testing.assert_close(draft.probs(idx, T), batched.float(), atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("name", ["ngram", "distilled"])
+def test_hot_loop_builds_each_row_once(tiny, drafts, name):
+    """A second identical proposal is lookups only: no row is built again."""
+    cfg, _, target = tiny
+    draft = drafts[name]
+    seq = target.tokenizer.encode(cfg.prompt).tolist()
+    draft.clear_memos()
+    first = draft.propose(seq, 8, 1.0, torch.Generator().manual_seed(3))
+    built = draft.memo_size()
+    assert 1 <= built <= 8
+    again = draft.propose(seq, 8, 1.0, torch.Generator().manual_seed(3))
+    assert again == first and draft.memo_size() == built
+    assert all(isinstance(row, list) and len(row) == target.tokenizer.vocab_size for row in first[1])
+
+
+def test_table_cache_round_trip(tiny, train_ids, tmp_path):
+    _, _, target = tiny
+    kw = dict(distill_chars=3000, cache_dir=tmp_path)
+    threads = torch.get_num_threads()
+    first = DistilledDraft(target.model, train_ids, order=3, target_key="aaaa", **kw)
+    assert torch.get_num_threads() == threads                     # the build's all-cores setting is undone
+    assert not first.cached and first.cache_file.is_file() and "aaaa" in first.cache_file.name
+    again = DistilledDraft(target.model, train_ids, order=3, target_key="aaaa", **kw)
+    assert again.cached and again.cache_file == first.cache_file
+    for key, t in first.table.items():
+        assert torch.equal(t, again.table[key]), key
+    idx = train_ids[:64].view(2, 32)
+    assert torch.equal(first.probs(idx, 1.0), again.probs(idx, 1.0))
+    other_target = DistilledDraft(target.model, train_ids, order=3, target_key="bbbb", **kw)
+    other_order = DistilledDraft(target.model, train_ids, order=4, target_key="aaaa", **kw)
+    other_data = DistilledDraft(target.model, train_ids[1:], order=3, target_key="aaaa", **kw)
+    files = {d.cache_file for d in (first, other_target, other_order, other_data)}
+    assert len(files) == 4 and not any(d.cached for d in (other_target, other_order, other_data))
+    first.cache_file.write_bytes(b"not a table")                  # a damaged file is built again
+    rebuilt = DistilledDraft(target.model, train_ids, order=3, target_key="aaaa", **kw)
+    assert not rebuilt.cached and torch.equal(rebuilt.table["vals"], first.table["vals"])
+    assert DistilledDraft(target.model, train_ids, order=3, target_key="aaaa", **kw).cached
+
+
+def test_build_draft_gives_table_drafts_the_cache(tiny, drafts):
+    cfg, corpus, target = tiny
+    for name in ("ngram", "distilled"):
+        d = drafts[name]
+        assert d.cache_file.parent == Path(cfg.data.cache_dir) / "drafts" and target.key in d.cache_file.name
+        again = build_draft(compose_cfg(cfg.data.path, cfg.data.cache_dir, f"draft={name}"), target, corpus)
+        assert again.cached and again.describe()["table_bytes"] == d.describe()["table_bytes"]
+        facts = again.describe()
+        assert facts["contexts"] == sum(map(int, facts["contexts_by_length"].split("/")))
+    assert not hasattr(drafts["bigram"], "cache_file")             # drafts without the arguments get none
+
+
+@pytest.mark.parametrize("override,message", [
+    ("draft.order=0", "order must be an integer >= 1"),
+    ("draft.order=40", "too long for a vocabulary"),
+    ("draft.backoff=nearest", "backoff must be one of"),
+    ("draft.floor=0", "floor must be in (0, 1)"),
+])
+def test_bad_table_settings_are_one_line_errors(tiny, override, message):
+    cfg, corpus, target = tiny
+    name = "ngram" if override.startswith("draft.order") else "distilled"
+    bad = compose_cfg(cfg.data.path, cfg.data.cache_dir, f"draft={name}", override)
+    with pytest.raises(SpecsweepError, match=message.replace("(", r"\(").replace(")", r"\)")) as e:
+        build_draft(bad, target, corpus)
+    assert "\n" not in str(e.value)
