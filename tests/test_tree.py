@@ -347,3 +347,13 @@ def test_tree_trial_logs_its_shape_and_uses_the_tree(tiny):
     params = trial_params(tcfg, "key")
     assert (params["verify"], params["tree_widths"], run_name(tcfg)) == ("tree", "3-2", "bigram-tree3-2-s0")
     assert trial_params(compose_cfg(cfg.data.path, cfg.data.cache_dir), "key")["verify"] == "chain"
+
+
+def test_analysis_keeps_trees_apart_from_the_chain():
+    """A tree trial and a chain trial of the same draft and k are different cells."""
+    import pandas as pd
+    from analysis.load import tidy_runs
+    raw = pd.DataFrame({"run_id": ["a", "b", "c"], "status": ["FINISHED"] * 3,
+                        "params.draft": ["bigram"] * 3, "params.k": ["4"] * 3, "params.seed": ["0"] * 3,
+                        "params.verify": ["chain", "tree", None], "params.tree_widths": [None, "4-2-2-1", None]})
+    assert tidy_runs(raw)["draft"].tolist() == ["bigram", "bigram+tree4-2-2-1", "bigram"]

@@ -1,7 +1,7 @@
 """Benchmarks that print tables (never asserted in tests): `make bench`.
 
     python -m src.harness.bench                      # both tables on the default model
-    python -m src.harness.bench bench=overhead k=8   # any config override works as for src.run
+    python -m src.harness.bench +bench=overhead k=8  # one table (overhead, quantization, tree); any override as for src.run
 
 1. Loop overhead: the speculative loop's time per drafted char beyond the draft's own
    lookup and the verify passes, as a share of one target pass (floor: <= 5% for bigram).
@@ -9,6 +9,10 @@
    median of `repeats` rounds.
 2. Quantized drafts: weight memory (packed ints + float32 scales vs float32) and the
    validation-loss change against the target.
+3. Trees (`bench=tree`, not in `all`): for a few shapes, the tree's verify pass (one target
+   pass over [last char, N nodes], tree mask, scratch slots) as a multiple of a one-char
+   pass against N, a least-squares line through them (verify / one pass = a + b N), and the
+   tree loop's overhead per node beyond the verify passes and the tree building (bigram draft).
 """
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from ..engine.decode import generate_speculative
+from ..engine.tree import generate_tree, max_nodes
 from ..engine.measure import measure_cost
 from ..engine.errors import SpecsweepError
 from ..engine.quantize import quantized_copy
@@ -50,6 +55,38 @@ def loop_overhead(cfg, target, corpus, draft_name: str, k: int, repeats: int) ->
     return {key: statistics.median(s[key] for s in shares) for key in shares[0]}
 
 
+TREE_SHAPES = [(1, 1, 1, 1), (2, 2), (4, 2), (3, 2, 1), (8, 2), (4, 2, 2, 1), (8, 4, 2), (16, 8)]
+
+
+def tree_overhead(cfg, target, corpus, widths, repeats: int) -> dict:
+    """One shape, bigram draft: the verify pass over the tree against one 1-char pass (from
+    `measure_cost`, interleaved), and the tree loop's time beyond its verify passes and tree
+    building, per node and per pass. Medians over `repeats` rounds."""
+    from .trial import build_draft
+    draft = build_draft(cfg, target, corpus, OmegaConf.load(CONF_DIR / "draft" / "bigram.yaml"))
+    model, T, n = target.model, cfg.temperature, cfg.n_chars
+    prompt = target.tokenizer.encode(cfg.prompt).tolist()
+    rows = []
+    for r in range(repeats):
+        g = generate_tree(model, draft, prompt, n, widths, T, torch.Generator().manual_seed(cfg.seed))
+        loop_s, _ = timed(lambda: generate_tree(model, draft, prompt, n, widths, T,
+                                                torch.Generator().manual_seed(cfg.seed), track_overlap=False))
+        cost = measure_cost(model, draft, prompt, len(widths), T, cfg.timing.cost_reps, cfg.device, tree_widths=widths)
+        rest_us = loop_s * 1e6 - g.target_passes * cost["verify_pass_us"] - g.proposed * cost["draft_char_us"]
+        rows.append({"nodes": cost["verify_nodes"], "verify_multiple": cost["verify_pass_us"] / cost["target_pass_us"],
+                     "target_pass_us": cost["target_pass_us"], "draft_us_per_node": cost["draft_char_us"],
+                     "overhead_us_per_node": rest_us / g.proposed, "overhead_us_per_pass": rest_us / g.target_passes,
+                     "chars_per_pass": g.chars_emitted / g.target_passes})
+    return {key: statistics.median(row[key] for row in rows) for key in rows[0]}
+
+
+def line_fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
+    """Least squares y = a + b x."""
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    return my - b * mx, b
+
+
 def quantization_table(cfg, corpus, target) -> list[dict]:
     _, val_text = corpus.split(cfg.train.val_fraction)
     val_ids = target.tokenizer.encode(val_text)
@@ -65,7 +102,7 @@ def quantization_table(cfg, corpus, target) -> list[dict]:
     return rows
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+@hydra.main(version_base="1.3", config_path="../../conf", config_name="config")
 def main(cfg: DictConfig) -> None:
     from .trial import load_target
     torch.set_num_threads(cfg.threads)
@@ -84,6 +121,24 @@ def main(cfg: DictConfig) -> None:
             o = loop_overhead(cfg, target, corpus, "bigram", k, repeats=5)
             log.info("| bigram | %d | %.1f | %.1f%% | %.4f | %.0f |", k, o["overhead_us_per_drafted_char"],
                      100 * o["share_of_target_pass"], o["draft_share_of_target_pass"], o["overhead_us_per_pass"])
+    if which == "tree":
+        log.info("tree verify pass vs node count, bigram draft, temperature %s (median of 3 rounds, n_chars=%d):",
+                 cfg.temperature, cfg.n_chars)
+        log.info("| widths | nodes | verify / one pass | one pass us | draft us/node | loop overhead us/node "
+                 "| overhead us/pass | chars/pass |")
+        log.info("|---|---|---|---|---|---|---|---|")
+        xs, ys = [], []
+        for widths in TREE_SHAPES:
+            if len(cfg.prompt) + cfg.n_chars + len(widths) > target.model.cfg.block_size:
+                continue
+            o = tree_overhead(cfg, target, corpus, widths, repeats=3)
+            xs.append(o["nodes"])
+            ys.append(o["verify_multiple"])
+            log.info("| %s | %d | %.2f | %.0f | %.1f | %.1f | %.0f | %.2f |", "-".join(map(str, widths)),
+                     max_nodes(widths), o["verify_multiple"], o["target_pass_us"], o["draft_us_per_node"],
+                     o["overhead_us_per_node"], o["overhead_us_per_pass"], o["chars_per_pass"])
+        a, b = line_fit(xs, ys)
+        log.info("verify pass / one 1-char pass ~= %.3f + %.4f x nodes (least squares over the shapes above)", a, b)
     if which in ("all", "quantization"):
         log.info("quantized drafts: weight memory and validation loss (full validation split):")
         log.info("| weights | bytes | val loss | change |")
