@@ -19,13 +19,21 @@ def measure_cost(target, draft: Draft, prompt: list[int], k: int, temperature: f
     the draft's time per drafted char (a whole k-char proposal, its Python loop included,
     divided by k). The three are timed in `rounds` interleaved rounds (a block of `reps` calls
     of each, in rotating order; the draft's block has reps // k proposals), and each is the
-    median over rounds of its block's mean per call, so a burst of load cannot hit one alone."""
+    median over rounds of its block's mean per call, so a burst of load cannot hit one alone.
+    A draft on the target's hidden state (heads) observes the prefill's last row first, so its
+    proposal is the heads' forward and k draws, as in the loop."""
     gen = torch.Generator(device=device).manual_seed(0)
-    positions = prefill(target, prompt)
     P = len(prompt)
     one = torch.tensor([prompt[-1:]], device=device)          # (1, 1)
     many = torch.tensor([prompt[-1:] * (k + 1)], device=device)  # (1, k+1); the values do not matter
     draft.reset()
+    if draft.uses_target_hidden:
+        positions, h = prefill(target, prompt, return_hidden=True)
+        if h is None:  # 1-char prompt: no prefill; the row of a pass on it costs the heads the same
+            h = target(one, positions[:1], return_hidden=True)[1][0, -1]
+        draft.observe(h, prompt[-1])
+    else:
+        positions = prefill(target, prompt)
     draft.propose(prompt, k, temperature, gen)  # the draft's own prefill, untimed
     seq = prompt + prompt[-1:]
 

@@ -133,10 +133,12 @@ class Transformer(nn.Module):
             if saved:
                 self.setup_cache(saved)
 
-    def forward(self, idx: torch.Tensor, input_pos: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, idx: torch.Tensor, input_pos: torch.Tensor | None = None, return_hidden: bool = False):
         """idx: (B, T) token ids. input_pos: (T,) their positions, required with a cache.
 
-        Returns logits (B, T, vocab) for every input position.
+        Returns logits (B, T, vocab) for every input position; with return_hidden, the pair
+        (logits, hidden (B, T, d_model)): the last hidden state after ln_f, whose unembedding
+        the logits are (drafts with heads on the target's hidden state read it).
         """
         B, T = idx.shape
         if input_pos is None:
@@ -149,4 +151,7 @@ class Transformer(nn.Module):
         x = self.tok_emb(idx) + self.pos_emb(input_pos)
         for blk in self.blocks:
             x = blk(x, mask, input_pos)
+        if return_hidden:
+            x = self.ln_f(x)
+            return self.head(x), x
         return self.head(self.ln_f(x))

@@ -11,6 +11,7 @@ corpus's sha256, the split and the vocabulary). A file that changes is read and 
 """
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 import os
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from hydra.utils import instantiate
+from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from ..engine.corpus import load_corpus
@@ -63,6 +64,10 @@ def validate(cfg: DictConfig) -> None:
     if need > cfg.model.block_size:
         raise SpecsweepError(f"prompt ({len(cfg.prompt)}) + n_chars ({cfg.n_chars}) + k ({cfg.k}) = {need} chars "
                              f"exceeds the model's context window of {cfg.model.block_size}")
+    n_heads = cfg.draft.get("n_heads")  # a draft of heads drafts at most one char per head
+    if isinstance(n_heads, int) and cfg.k > n_heads:
+        raise SpecsweepError(f"k = {cfg.k} exceeds the {n_heads} heads of draft {cfg.draft.get('name', '?')!r} "
+                             f"(set draft.n_heads >= k)")
 
 
 def timing_options_of(cfg: DictConfig) -> dict:
@@ -155,12 +160,22 @@ def train_ids_of(cfg: DictConfig, target: TrainedTarget, corpus) -> torch.Tensor
     return ids
 
 
+def draft_kwargs(cls: type, cfg: DictConfig, target: TrainedTarget) -> dict:
+    """What the harness adds for a draft class whose __init__ accepts it: `cache_dir` (where a
+    draft that trains keeps its result: <data.cache_dir>/drafts) and `target_key` (the target's
+    cache key, part of the draft's own key)."""
+    offered = {"cache_dir": str(repo_path(cfg.data.cache_dir) / "drafts"), "target_key": target.key}
+    accepted = inspect.signature(cls.__init__).parameters
+    return {name: value for name, value in offered.items() if name in accepted}
+
+
 def build_draft(cfg: DictConfig, target: TrainedTarget, corpus, draft_cfg: DictConfig | None = None) -> Draft:
     """The draft of `draft_cfg` (default: cfg.draft), fitted to `target` and the training split."""
     draft_cfg = cfg.draft if draft_cfg is None else draft_cfg
     train_ids = train_ids_of(cfg, target, corpus)
     try:
-        return instantiate(draft_cfg, target=target.model, train_ids=train_ids)
+        extra = draft_kwargs(get_class(draft_cfg._target_), cfg, target)
+        return instantiate(draft_cfg, target=target.model, train_ids=train_ids, **extra)
     except SpecsweepError:
         raise
     except Exception as e:  # a draft config whose class or arguments do not fit
