@@ -59,6 +59,10 @@ def tiny(corpus_path, cache_dir):
     return cfg, corpus, target
 
 
+# drafts that train: seconds of training on the tiny model (their defaults size the default target)
+DRAFT_TEST_OVERRIDES = {"heads": ["draft.steps=150", "draft.rows=256", "draft.pool_windows=64"]}
+
+
 @pytest.fixture(scope="session")
 def drafts(tiny):
     """name -> draft, for every draft config shipped in conf/draft/."""
@@ -66,7 +70,7 @@ def drafts(tiny):
     cfg, corpus, target = tiny
     out = {}
     for name in sorted(p.stem for p in (Path(CONF_DIR) / "draft").glob("*.yaml")):
-        dcfg = compose_cfg(cfg.data.path, cfg.data.cache_dir, f"draft={name}")
+        dcfg = compose_cfg(cfg.data.path, cfg.data.cache_dir, f"draft={name}", *DRAFT_TEST_OVERRIDES.get(name, []))
         out[name] = build_draft(dcfg, target, corpus)
     return out
 

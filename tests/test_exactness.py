@@ -20,6 +20,7 @@ import torch
 
 from pathlib import Path
 
+from src.engine.decode import generate_speculative
 from src.engine.drafts import BigramDraft
 from src.engine.sampling import draw, probs_from_logits, residual_weights, speculative_accept, uniforms
 from tests.chisquare import varying_multinomial_test
@@ -156,6 +157,9 @@ def test_propose_samples_from_probs(tiny, drafts, name):
     across a partial rewind (1 of 4 kept), a full accept (catch-up on d_k) and a full reject."""
     cfg, _, target = tiny
     draft = drafts[name]
+    if draft.uses_target_hidden:
+        pytest.skip("proposes from the target's hidden rows the loop hands over: "
+                    "test_loop_proposals_follow_the_chain_law ties it")
     seq = target.tokenizer.encode(cfg.prompt).tolist()
     draft.reset()
     gen, k, V = torch.Generator().manual_seed(5), 4, target.tokenizer.vocab_size
@@ -169,3 +173,83 @@ def test_propose_samples_from_probs(tiny, drafts, name):
         expected = draft.probs(torch.tensor([full]), 1.0)[0, L - 1:L + k - 1]  # (k, V)
         torch.testing.assert_close(q, expected, atol=1e-5, rtol=1e-4)
         assert (q.gather(1, torch.tensor(d).unsqueeze(1)) > 0).all()
+
+
+def chain_law(draft, seq: list[int], drafted: list[int], temperature: float) -> torch.Tensor:
+    """(k, V): the law the exactness tests drive `draft` by (`sample_chain`), for the drafts
+    `propose` drew after `seq`. Autoregressive drafts: q_i depends on d_1..d_{i-1}, so it is
+    `probs` over seq + drafts. Drafts on the target's hidden state: q_i does not depend on the
+    earlier drafts, so it is `sample_chain`'s q on seq alone (its own draws do not matter)."""
+    if draft.uses_target_hidden:
+        return draft.sample_chain(torch.tensor([seq]), len(drafted), temperature, torch.Generator().manual_seed(0))[1][0]
+    L = len(seq)
+    return draft.probs(torch.tensor([seq + drafted]), temperature)[0, L - 1:L - 1 + len(drafted)]
+
+
+def loop_proposals(target, draft, prompt, n_chars, k, temperature, seed):
+    """Run the production loop (cached target, rewinds, `observe`) and record every proposal:
+    (Generation, [(committed seq, drafts, q (k, V))])."""
+    calls, propose = [], draft.propose
+
+    def recording(seq, k, temperature, gen):
+        d, q = propose(seq, k, temperature, gen)
+        calls.append((list(seq), list(d), torch.as_tensor(q).clone()))
+        return d, q
+    draft.propose = recording                 # an instance attribute over the method, removed below
+    try:
+        g = generate_speculative(target, draft, prompt, n_chars, k, temperature, torch.Generator().manual_seed(seed))
+    finally:
+        del draft.propose
+    return g, calls
+
+
+def max_law_gap(draft, calls, temperature) -> float:
+    return max(float((q - chain_law(draft, seq, d, temperature)).abs().max()) for seq, d, q in calls)
+
+
+@pytest.mark.parametrize("name", DRAFT_NAMES)
+def test_loop_proposals_follow_the_chain_law(tiny, drafts, name):
+    """In the production loop every `propose` returns the q of the law the exactness tests use
+    (`chain_law`), across partial rejections and full accepts; each draft has q > 0. For heads
+    this checks the loop's positions: the row handed over after each pass (verify row n, and
+    the prefill's last row at the start) is the row a full forward puts at P-2."""
+    cfg, _, target = tiny
+    draft = drafts[name]
+    prompt = target.tokenizer.encode(cfg.prompt).tolist()
+    g, calls = loop_proposals(target.model, draft, prompt, 100, 2, 1.0, seed=8)
+    assert len(calls) == g.draft_calls >= 30
+    assert g.accepted_at[-1] > 0 and g.accepted < g.proposed   # full accepts and rejections both occur
+    assert max_law_gap(draft, calls, 1.0) < 1e-4
+    for _, d, q in calls:
+        assert (q.gather(1, torch.tensor(d).unsqueeze(1)) > 0).all()
+
+
+class LaggingObserve:
+    """NEGATIVE CONTROL: a loop that hands a hidden-state draft the row of the previous pass
+    (an off-by-one-pass position bug), with the right char."""
+    uses_target_hidden = True
+
+    def __init__(self, inner):
+        self.inner, self.prev = inner, None
+
+    def reset(self):
+        self.inner.reset()
+        self.prev = None
+
+    def observe(self, hidden, emitted):
+        self.inner.observe(hidden if self.prev is None else self.prev, emitted)
+        self.prev = hidden
+
+    def propose(self, seq, k, temperature, gen):
+        return self.inner.propose(seq, k, temperature, gen)
+
+    def rewind(self, length):
+        self.inner.rewind(length)
+
+
+def test_loop_law_check_catches_a_misplaced_hidden_row(tiny, drafts):
+    cfg, _, target = tiny
+    heads = drafts["heads"]
+    prompt = target.tokenizer.encode(cfg.prompt).tolist()
+    _, calls = loop_proposals(target.model, LaggingObserve(heads), prompt, 60, 2, 1.0, seed=8)
+    assert max_law_gap(heads, calls, 1.0) > 1e-2

@@ -37,18 +37,41 @@ def check_fits(model: Transformer, prompt_len: int, n_chars: int, k: int = 0) ->
                          f"the model's context window of {model.cfg.block_size}")
 
 
-def prefill(target: Transformer, prompt: list[int], extra: int = 0) -> torch.Tensor:
+def prefill(target: Transformer, prompt: list[int], extra: int = 0, return_hidden: bool = False):
     """Cache the prompt except its last char, in a cache with `extra` scratch slots beyond
     block_size (a tree's nodes); return the positions tensor (block_size + extra,), whose
-    entries serve as positions and as cache slots alike."""
+    entries serve as positions and as cache slots alike.
+
+    return_hidden: return (positions, the hidden row (d_model,) at input P-2, whose
+    distribution predicts the prompt's last char; None for a 1-char prompt: nothing to prefill).
+    """
     if len(prompt) < 1:
         raise ValueError("the prompt must have at least one character")
     device = target.causal.device
     target.setup_cache(1, extra)
     positions = torch.arange(target.cfg.block_size + extra, device=device)
+    hidden = None
     if len(prompt) > 1:
-        target(torch.tensor([prompt[:-1]], device=device), positions[: len(prompt) - 1])
-    return positions
+        out = target(torch.tensor([prompt[:-1]], device=device), positions[: len(prompt) - 1],
+                     return_hidden=return_hidden)
+        if return_hidden:
+            hidden = out[1][0, -1]
+    return (positions, hidden) if return_hidden else positions
+
+
+def observe_prompt(target: Transformer, draft: Draft, seq: list[int], positions: torch.Tensor,
+                   hidden: torch.Tensor | None, temperature: float, gen: torch.Generator) -> int:
+    """Hand a hidden-state draft the prefill's last hidden row and the prompt's last char.
+    A 1-char prompt has no prefill: one plain target pass emits the next char (appended to
+    `seq`) and gives the row. Returns the target passes made (0 or 1)."""
+    if hidden is not None:
+        draft.observe(hidden, seq[-1])
+        return 0
+    x = torch.tensor([seq[-1:]], device=positions.device)                                # (1, 1)
+    logits, h = target(x, positions[len(seq) - 1:len(seq)], return_hidden=True)         # (1, 1, V), (1, 1, d)
+    seq.append(sample(probs_from_logits(logits[0, -1], temperature), gen))
+    draft.observe(h[0, -1], seq[-1])
+    return 1
 
 
 def _ids(prompt) -> list[int]:
@@ -83,19 +106,31 @@ def generate_speculative(target: Transformer, draft: Draft, prompt, n_chars: int
     seq = _ids(prompt)
     P = len(seq)
     check_fits(target, P, n_chars, k)
-    positions = prefill(target, seq)
+    hidden = draft.uses_target_hidden  # the draft reads the target's hidden rows (heads)
+    if hidden:
+        positions, h = prefill(target, seq, return_hidden=True)
+    else:
+        positions = prefill(target, seq)
     device = positions.device
     draft.reset()
     g = Generation([], 0, accepted_at=[0] * k)
+    if hidden:
+        g.target_passes += observe_prompt(target, draft, seq, positions, h, temperature, gen)
     while len(seq) - P < n_chars:
         L = len(seq)
         drafts, q = draft.propose(seq, k, temperature, gen)                 # k ids, (k, V)
         x = torch.tensor([[seq[-1]] + drafts], device=device)              # (1, k+1)
-        p = probs_from_logits(target(x, positions[L - 1:L + k])[0], temperature)  # (k+1, V)
+        if hidden:
+            logits, h = target(x, positions[L - 1:L + k], return_hidden=True)  # (1, k+1, V), (1, k+1, d)
+        else:
+            logits = target(x, positions[L - 1:L + k])                        # (1, k+1, V)
+        p = probs_from_logits(logits[0], temperature)                         # (k+1, V)
         n, nxt = speculative_accept(p, q, drafts, gen)
         seq += drafts[:n]
         seq.append(nxt)
         draft.rewind(L + n)
+        if hidden:  # nxt came from the distribution at verify row n (input position L-1+n)
+            draft.observe(h[0, n], nxt)
         g.target_passes += 1
         g.draft_calls += 1
         g.proposed += k

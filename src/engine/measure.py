@@ -23,15 +23,23 @@ def measure_cost(target, draft: Draft, prompt: list[int], k: int, temperature: f
     median over rounds of its block's mean per call, so a burst of load cannot hit one alone.
 
     tree_widths: time a tree instead (`tree_cost`): the verify pass over the tree's nodes and
-    the draft's time per node."""
+    the draft's time per node.
+    A draft on the target's hidden state (heads) observes the prefill's last row first, so its
+    proposal is the heads' forward and k draws, as in the loop."""
     if tree_widths is not None:
         return tree_cost(target, draft, prompt, tree_widths, temperature, reps, device, rounds)
     gen = torch.Generator(device=device).manual_seed(0)
-    positions = prefill(target, prompt)
     P = len(prompt)
     one = torch.tensor([prompt[-1:]], device=device)          # (1, 1)
     many = torch.tensor([prompt[-1:] * (k + 1)], device=device)  # (1, k+1); the values do not matter
     draft.reset()
+    if draft.uses_target_hidden:
+        positions, h = prefill(target, prompt, return_hidden=True)
+        if h is None:  # 1-char prompt: no prefill; the row of a pass on it costs the heads the same
+            h = target(one, positions[:1], return_hidden=True)[1][0, -1]
+        draft.observe(h, prompt[-1])
+    else:
+        positions = prefill(target, prompt)
     draft.propose(prompt, k, temperature, gen)  # the draft's own prefill, untimed
     seq = prompt + prompt[-1:]
 

@@ -162,12 +162,15 @@ class Transformer(nn.Module):
                 self.setup_cache(saved, extra)
 
     def forward(self, idx: torch.Tensor, input_pos: torch.Tensor | None = None,
-                slots: torch.Tensor | None = None, mask: torch.Tensor | None = None) -> torch.Tensor:
+                slots: torch.Tensor | None = None, mask: torch.Tensor | None = None,
+                *, return_hidden: bool = False):
         """idx: (B, T) token ids. input_pos: (T,) their positions, required with a cache.
         slots: (T,) the cache slots their keys/values are written to (default: input_pos).
         mask: (T, S) bool, the cache slots each input attends to (default: causal by position).
 
-        Returns logits (B, T, vocab) for every input position.
+        Returns logits (B, T, vocab) for every input position; with return_hidden, the pair
+        (logits, hidden (B, T, d_model)): the last hidden state after ln_f, whose unembedding
+        the logits are (drafts with heads on the target's hidden state read it).
         """
         B, T = idx.shape
         if input_pos is None:
@@ -181,4 +184,7 @@ class Transformer(nn.Module):
             slots = input_pos
         for blk in self.blocks:
             x = blk(x, mask, slots)
+        if return_hidden:
+            x = self.ln_f(x)
+            return self.head(x), x
         return self.head(self.ln_f(x))

@@ -66,6 +66,10 @@ def validate(cfg: DictConfig) -> None:
     if need > cfg.model.block_size:
         raise SpecsweepError(f"prompt ({len(cfg.prompt)}) + n_chars ({cfg.n_chars}) + k ({cfg.k}) = {need} chars "
                              f"exceeds the model's context window of {cfg.model.block_size}")
+    n_heads = cfg.draft.get("n_heads")  # a draft of heads drafts at most one char per head
+    if isinstance(n_heads, int) and cfg.k > n_heads:
+        raise SpecsweepError(f"k = {cfg.k} exceeds the {n_heads} heads of draft {cfg.draft.get('name', '?')!r} "
+                             f"(set draft.n_heads >= k)")
 
 
 def tree_widths_of(cfg: DictConfig) -> tuple[int, ...] | None:
@@ -184,16 +188,13 @@ def train_ids_of(cfg: DictConfig, target: TrainedTarget, corpus) -> torch.Tensor
     return ids
 
 
-def draft_cache_kwargs(draft_cfg: DictConfig, cfg: DictConfig, target: TrainedTarget) -> dict:
-    """cache_dir (<data.cache_dir>/drafts) and target_key for a draft class whose __init__ takes
-    them (the table drafts cache their tables there); nothing for the others."""
-    try:
-        params = inspect.signature(get_class(draft_cfg._target_).__init__).parameters
-    except Exception:  # an unknown class: instantiate reports it
-        return {}
-    if "cache_dir" in params and "target_key" in params:
-        return {"cache_dir": str(repo_path(cfg.data.cache_dir) / "drafts"), "target_key": target.key}
-    return {}
+def draft_kwargs(cls: type, cfg: DictConfig, target: TrainedTarget) -> dict:
+    """What the harness adds for a draft class whose __init__ accepts it: `cache_dir` (where a
+    draft that builds or trains something keeps it: <data.cache_dir>/drafts) and `target_key`
+    (the target's cache key, part of the draft's own key)."""
+    offered = {"cache_dir": str(repo_path(cfg.data.cache_dir) / "drafts"), "target_key": target.key}
+    accepted = inspect.signature(cls.__init__).parameters
+    return {name: value for name, value in offered.items() if name in accepted}
 
 
 def build_draft(cfg: DictConfig, target: TrainedTarget, corpus, draft_cfg: DictConfig | None = None) -> Draft:
@@ -201,8 +202,8 @@ def build_draft(cfg: DictConfig, target: TrainedTarget, corpus, draft_cfg: DictC
     draft_cfg = cfg.draft if draft_cfg is None else draft_cfg
     train_ids = train_ids_of(cfg, target, corpus)
     try:
-        return instantiate(draft_cfg, target=target.model, train_ids=train_ids,
-                           **draft_cache_kwargs(draft_cfg, cfg, target))
+        extra = draft_kwargs(get_class(draft_cfg._target_), cfg, target)
+        return instantiate(draft_cfg, target=target.model, train_ids=train_ids, **extra)
     except SpecsweepError:
         raise
     except Exception as e:  # a draft config whose class or arguments do not fit

@@ -2,9 +2,11 @@
 from .base import Draft
 from .bigram import BigramDraft
 from .distilled import DistilledDraft
+from .heads import HeadsDraft
 from .model_draft import ModelDraft
 from .ngram import NgramDraft
 from .quantized import QuantizedDraft
 from .table import TableDraft
 
-__all__ = ["Draft", "BigramDraft", "DistilledDraft", "ModelDraft", "NgramDraft", "QuantizedDraft", "TableDraft"]
+__all__ = ["Draft", "BigramDraft", "DistilledDraft", "HeadsDraft", "ModelDraft", "NgramDraft", "QuantizedDraft",
+           "TableDraft"]

@@ -5,7 +5,12 @@ distributions it sampled them from, so the acceptance ratio p/q uses that very q
 
 To add a draft: subclass `Draft` in a module of `src/engine/drafts/`, then write
 `conf/draft/NAME.yaml` with `_target_: src.drafts.module.ClassName`, `name: NAME` and the
-class's own keyword arguments. Every draft is built as `cls(target=..., train_ids=..., **cfg)`.
+class's own keyword arguments. Every draft is built as `cls(target=..., train_ids=..., **cfg)`;
+the harness adds `cache_dir` (where a draft that trains keeps the result) and `target_key` to a
+class whose __init__ takes them.
+
+A draft that reads the target's hidden state (heads) sets `uses_target_hidden`; the loop then
+hands it, through `observe`, the hidden row that produced each pass's last emitted char.
 """
 from __future__ import annotations
 
@@ -16,6 +21,9 @@ from ..model import Transformer
 
 class Draft:
     name: str = "draft"
+    # True for drafts that read the target's last hidden state (heads): only for them does the
+    # decode loop ask the target for hidden states and call `observe` after every pass.
+    uses_target_hidden: bool = False
 
     def __init__(self, target: Transformer, train_ids: torch.Tensor, name: str | None = None):
         self.name = name or self.name
@@ -33,6 +41,11 @@ class Draft:
         the distribution drafts[i] was sampled from, at `temperature` (one-hot at 0).
         """
         raise NotImplementedError
+
+    def observe(self, hidden: torch.Tensor, emitted: int) -> None:
+        """For drafts with `uses_target_hidden`: the target's hidden row (d_model,) at the input
+        position whose distribution produced `emitted`, now the last committed char; the next
+        `propose` drafts the chars after it. Called after the prompt and after every pass."""
 
     def rewind(self, length: int) -> None:
         """Only the first `length` chars the draft has seen still stand (the rest were rejected)."""
