@@ -74,6 +74,7 @@ def test_cli_unknown_draft(tmp_path):
 
 def test_cli_bad_value_and_bad_corpus(tmp_path):
     _assert_one_line_error(_cli("k=0", f"hydra.run.dir={tmp_path}"), "k must be an integer >= 1")
+    _assert_one_line_error(_cli("draft=heads", "k=9", f"hydra.run.dir={tmp_path}"), "k = 9 exceeds the 8 heads")
     binary = tmp_path / "x.bin"
     binary.write_bytes(b"\x00\x01" * 1000)
     _assert_one_line_error(_cli(f"data.path={binary}", f"hydra.run.dir={tmp_path}"), "not a text file")

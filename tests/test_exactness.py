@@ -181,7 +181,8 @@ def chain_law(draft, seq: list[int], drafted: list[int], temperature: float) -> 
     `probs` over seq + drafts. Drafts on the target's hidden state: q_i does not depend on the
     earlier drafts, so it is `sample_chain`'s q on seq alone (its own draws do not matter)."""
     if draft.uses_target_hidden:
-        return draft.sample_chain(torch.tensor([seq]), len(drafted), temperature, torch.Generator().manual_seed(0))[1][0]
+        gen = torch.Generator().manual_seed(0)
+        return draft.sample_chain(torch.tensor([seq]), len(drafted), temperature, gen)[1][0]
     L = len(seq)
     return draft.probs(torch.tensor([seq + drafted]), temperature)[0, L - 1:L - 1 + len(drafted)]
 

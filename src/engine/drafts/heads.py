@@ -19,8 +19,9 @@ W2 and emb start at zero, so every head starts as the target's next-char distrib
 
 Training: minimize KL(target's distribution at j+1+i given the true prefix || head i on h_j)
 over random rows of the training split (hidden rows of a pool of windows, computed once), the
-target frozen, with every core, deterministic given the seed (and the thread count). The heads are cached under <cache_dir>/heads-<key>.pt,
-key = the target's key and every setting here, written atomically with a sha256 sidecar.
+target frozen, with every core, deterministic given the seed (and the thread count). The heads
+are cached under <cache_dir>/heads-<key>.pt, key = the target's key and every setting here,
+written atomically with a sha256 sidecar.
 """
 from __future__ import annotations
 
@@ -130,7 +131,8 @@ def distill(heads: Heads, target: Transformer, train_ids: torch.Tensor, steps: i
         if step >= steps - tail:
             kl_tail += kl_head / tail
         if (step + 1) % every == 0 or step + 1 == steps:
-            log.info("heads step %d/%d  KL per head %s", step + 1, steps, " ".join(f"{v:.3f}" for v in kl_head.tolist()))
+            log.info("heads step %d/%d  KL per head %s", step + 1, steps,
+                     " ".join(f"{v:.3f}" for v in kl_head.tolist()))
     return kl_tail.tolist()
 
 
