@@ -145,6 +145,10 @@ def pytest_terminal_summary(terminalreporter):
 
 
 def pytest_configure(config):
+    # One torch thread for the tests' own tensor work (tiny models gain nothing from two): with
+    # two, every small op waits on a second thread, and on a busy 2-core machine those waits made
+    # single tests 20-40x slower. Training and trials set their own thread counts.
+    torch.set_num_threads(1)
     # the launcher configs merge onto the plugins' schemas on purpose (see src/harness/__init__.py)
     config.addinivalue_line("filterwarnings",
                             "ignore:(?s).*is validated against ConfigStore schema with the same name:UserWarning")
