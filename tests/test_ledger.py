@@ -89,3 +89,22 @@ def test_counts_by_status_from_sql_equal_the_search(store):
     assert invocation_counts(client, exp, "inv1") == expected
     assert invocation_counts(client, exp, "nosuch") == {}
     assert [r.info.status for r in invocation_runs(client, exp, "inv1", status="RUNNING")] == ["RUNNING"]
+
+
+def test_a_trial_killed_before_it_sent_its_run_id_is_still_failed_by_its_worker(store):
+    """The worker learns its trial's run id over a pipe; a trial killed before sending it leaves
+    a RUNNING run that the worker finds by the trial's pid and job number in its launch."""
+    from src.harness.context import SweepContext
+    from src.harness.job import record_death
+    uri, client, exp, parent = store
+    tags = {"specsweep.kind": "trial", "sweep_invocation": "inv", "job_num": "3"}
+    victim = client.create_run(exp, tags={**tags, "pid": "4242"}).info.run_id
+    other_pid = client.create_run(exp, tags={**tags, "pid": "4343"}).info.run_id      # another worker's
+    other_launch = client.create_run(exp, tags={**tags, "sweep_invocation": "old", "pid": "4242"}).info.run_id
+    ctx = SweepContext("s", "n", "inv", parent, exp, uri, "v", 4, 4, 1, 0.0)
+    record_death(ctx, 3, -9, None, 4242)
+    killed = client.get_run(victim)
+    assert killed.info.status == "FAILED" and "signal 9" in killed.data.tags["error"]
+    assert [client.get_run(r).info.status for r in (other_pid, other_launch)] == ["RUNNING", "RUNNING"]
+    record_death(ctx, 3, -9, None, 9999)             # no run carries this pid: nothing is touched
+    assert client.get_run(other_pid).info.status == "RUNNING"

@@ -34,7 +34,7 @@ from omegaconf import DictConfig
 from ..engine.errors import SpecsweepError
 from . import callbacks
 from .context import SweepContext
-from .ledger import claim_cell, is_done
+from .ledger import claim_cell, invocation_runs, is_done
 from .paths import REPO
 from .store import KIND_TAG, TRIAL
 from .tracking import client_for, code_version, config_hash, environment_tags, log_trial_result, run_name, \
@@ -47,7 +47,7 @@ class TrialRecord:
     """The trial's MLflow run: created RUNNING before the work, ended FINISHED or FAILED."""
 
     def __init__(self, client, cfg: DictConfig, ctx: SweepContext | None, experiment_id: str, target,
-                 target_run_id: str, job_num: int | None, fetched: bool, chash: str):
+                 target_run_id: str, job_num: int | None, fetched: bool, chash: str, on_run=None):
         from mlflow.entities import Param
         self.client = client
         tags = {KIND_TAG: TRIAL, "config_hash": chash, "target_key": target.key,
@@ -62,6 +62,8 @@ class TrialRecord:
             tags.update({"sweep_id": "none", "n_jobs": "1"})
         name = run_name(cfg)
         self.run_id = client.create_run(experiment_id, run_name=name, tags=tags).info.run_id
+        if on_run:  # at once: a worker whose trial dies from here on must find this run to fail it
+            on_run(self.run_id)
         self.opened = time.perf_counter()
         items = [Param(k, v) for k, v in trial_params(cfg, target.key).items()]
         for start in range(0, len(items), 100):
@@ -127,7 +129,7 @@ def run_job(cfg: DictConfig) -> None:
             pass
         child.join()
         if child.exitcode != 0:
-            record_death(ctx, num, child.exitcode, run_id)
+            record_death(ctx, num, child.exitcode, run_id, child.pid)
     report_progress_safely(ctx)
 
 
@@ -148,13 +150,17 @@ def report_progress_safely(ctx: SweepContext) -> None:
         log.warning("progress unavailable: %s", e)
 
 
-def record_death(ctx: SweepContext, num: int, exitcode: int, run_id: str | None) -> None:
+def record_death(ctx: SweepContext, num: int, exitcode: int, run_id: str | None, pid: int) -> None:
     cause = f"killed by signal {-exitcode}" if exitcode < 0 else f"exited with status {exitcode}"
     log.error("trial #%d: its process %s; its run is marked FAILED", num, cause)
-    if run_id is None:
-        return  # it died before its run existed: the sweep counts the cell as not finished
     try:
         client = client_for(ctx.tracking_uri)
+        if run_id is None:  # it died before it could say: its run, if any, carries its pid
+            mine = [r for r in invocation_runs(client, ctx.experiment_id, ctx.invocation, status="RUNNING")
+                    if r.data.tags.get("pid") == str(pid) and r.data.tags.get("job_num") == str(num)]
+            if not mine:
+                return  # it died before its run existed: the sweep counts the cell as not finished
+            run_id = mine[0].info.run_id
         if client.get_run(run_id).info.status == "RUNNING":
             client.set_tag(run_id, "error", f"trial process {cause}")
             client.set_terminated(run_id, "FAILED")
@@ -209,9 +215,7 @@ def run_trial_job(cfg: DictConfig, ctx: SweepContext | None, num: int | None = N
             experiment_id = setup_experiment(uri, cfg.tracking.experiment)
             corpus, target = load_target(cfg)
             fetched, target_run_id = False, publish_target(client, experiment_id, uri, target, cfg).run_id
-        record = TrialRecord(client, cfg, ctx, experiment_id, target, target_run_id, num, fetched, chash)
-        if on_run:
-            on_run(record.run_id)
+        record = TrialRecord(client, cfg, ctx, experiment_id, target, target_run_id, num, fetched, chash, on_run)
         if ctx:
             holder = claim_cell(client, ctx.parent_run_id, chash, record.run_id)
             if holder is not None:  # a duplicate of a job that runs or ran: give way, leave no run behind
