@@ -14,9 +14,11 @@ import torch
 
 from src.engine.drafts import DistilledDraft, NgramDraft
 from src.engine.drafts.distilled import target_probs, window_starts
+from src.engine.drafts.table import MixtureRow
 from src.engine.errors import SpecsweepError
 from src.engine.sampling import probs_from_logits
 from src.harness.trial import build_draft, train_ids_of
+from tests.chisquare import varying_multinomial_test
 from tests.conftest import compose_cfg
 
 
@@ -197,13 +199,86 @@ def test_hot_loop_builds_each_row_once(tiny, drafts, name):
     cfg, _, target = tiny
     draft = drafts[name]
     seq = target.tokenizer.encode(cfg.prompt).tolist()
+    for T in (1.0, 0.7):                       # the mixture path (T = 1) and the dense rows
+        draft.clear_memos()
+        first = draft.propose(seq, 8, T, torch.Generator().manual_seed(3))
+        built = draft.memo_size(T)
+        assert 1 <= built <= 8
+        again = draft.propose(seq, 8, T, torch.Generator().manual_seed(3))
+        assert again == first and draft.memo_size(T) == built
+        assert all(len(row) == target.tokenizer.vocab_size for row in first[1])
+
+
+def context_lists(train_ids, n: int, length: int) -> list[list[int]]:
+    """n contexts of `length` chars from the training split, spread over it, plus its shorter
+    prefixes' worth of starts (a context shorter than the order backs off from the start)."""
+    step = (len(train_ids) - length) // n
+    ids = train_ids.tolist()
+    return [ids[i * step:i * step + length] for i in range(n)] + [ids[:m] for m in range(1, 4)]
+
+
+@pytest.mark.parametrize("name", ["ngram", "distilled"])
+def test_mixture_rows_are_the_dense_rows(tiny, drafts, train_ids, name):
+    """At T = 1 `propose` hands over MixtureRows: per char and as a whole they are the dense rows
+    of `next_probs` up to float rounding (the normalizer is summed in another order); they sum to 1."""
+    draft = drafts[name]
     draft.clear_memos()
-    first = draft.propose(seq, 8, 1.0, torch.Generator().manual_seed(3))
-    built = draft.memo_size()
-    assert 1 <= built <= 8
-    again = draft.propose(seq, 8, 1.0, torch.Generator().manual_seed(3))
-    assert again == first and draft.memo_size() == built
-    assert all(isinstance(row, list) and len(row) == target.tokenizer.vocab_size for row in first[1])
+    chars, ptr = draft.chars.long(), draft.ptr
+    first_of_context = torch.zeros(len(chars), dtype=torch.bool)
+    first_of_context[ptr[:-1][ptr[:-1] < len(chars)]] = True
+    assert ((chars[1:] > chars[:-1]) | first_of_context[1:]).all()   # ascending within a context (bisected)
+    for ctx in context_lists(train_ids, 40, draft.order + 2):
+        code, n = draft._code(ctx)
+        mix = draft._mixture(code, n)
+        dense = torch.tensor(draft.next_probs(ctx, 1.0), dtype=torch.float64)
+        per_char = torch.tensor([mix[x] for x in range(len(mix))], dtype=torch.float64)
+        whole = torch.tensor(list(mix), dtype=torch.float64)
+        assert (per_char - dense).abs().max().item() < 1e-14
+        assert (whole - per_char).abs().max().item() == 0           # the same sums in the same order
+        assert abs(whole.sum().item() - 1) < 1e-12 and mix[-1] == mix[len(mix) - 1]
+
+
+class OnlyTheLongestPart(MixtureRow):
+    """NEGATIVE CONTROL: a row that draws from the longest suffix's entries alone, as if the
+    backoff parts and the uniform part had no mass (the q it reports is still the full mixture)."""
+    def sample(self, u: float) -> int:
+        return self.parts[0][1].draw(u * self.parts[0][1].mass)
+
+
+def draws_p_value(draft, ctx: list[int], n: int, seed: int, sampler=None) -> float:
+    """Draw n first chars through `propose` (k = 1, T = 1) after `ctx`; the p-value of a chi-square
+    test of their counts against the q that propose reports (tests/chisquare.py)."""
+    gen = torch.Generator().manual_seed(seed)
+    draft.clear_memos()
+    code, length = draft._code(ctx)
+    if sampler is not None:                   # the control's row in place of the memoized one
+        mix = draft._mixture(code, length)
+        draft._mixtures[code] = sampler(mix.parts, mix.uniform, mix.size)
+    chars, q = [], None
+    for _ in range(n):
+        d, rows = draft.propose(ctx, 1, 1.0, gen)
+        chars.append(d[0])
+        q = rows[0]
+    probs = torch.tensor(list(q), dtype=torch.float64).expand(n, -1)
+    return varying_multinomial_test(torch.tensor(chars), probs)[2]
+
+
+@pytest.mark.parametrize("name", ["ngram", "distilled"])
+def test_propose_draws_follow_the_mixture_q(tiny, drafts, train_ids, name):
+    """The chars `propose` draws at T = 1 follow the q it hands the verifier: a chi-square test per
+    context (4 contexts per draft, each rejecting a correct sampler with probability 1e-4: a false
+    failure rate under 1e-3 for this test). For the n-gram draft, whose contexts back off with real
+    mass, the negative control (draws from the longest suffix only) must be caught at p < 1e-6."""
+    draft = drafts[name]
+    contexts = context_lists(train_ids, 4, draft.order)[:4]
+    for i, ctx in enumerate(contexts):
+        assert draws_p_value(draft, ctx, 20000, seed=i) > 1e-4, ctx
+    if name == "ngram":
+        backoff_mass = [1 - draft._mixture(*draft._code(ctx)).parts[0][0] * draft._mixture(
+            *draft._code(ctx)).parts[0][1].mass / draft._mixture(*draft._code(ctx)).total for ctx in contexts]
+        ctx = contexts[max(range(len(contexts)), key=backoff_mass.__getitem__)]
+        assert max(backoff_mass) > 0.05     # the control has something to miss
+        assert draws_p_value(draft, ctx, 20000, seed=9, sampler=OnlyTheLongestPart) < 1e-6
 
 
 def test_table_cache_round_trip(tiny, train_ids, tmp_path):

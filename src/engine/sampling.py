@@ -61,8 +61,9 @@ def speculative_accept(p: torch.Tensor, q: torch.Tensor, drafts: list[int], gen:
     """Verify k drafted chars of one sequence.
 
     p: (k+1, V) target probabilities at the k+1 verified positions.
-    q: (k, V) the exact distributions the k drafts were sampled from: a tensor, or k lists of V
-       floats (a table-based draft hands over its rows without building a tensor).
+    q: (k, V) the exact distributions the k drafts were sampled from: a tensor, or k sequences of
+       V floats (a table draft hands over its rows without building a tensor; at T = 1 they are
+       `MixtureRow`s: Q[n][x] computes one char's q, and only the rejected row is built whole).
     drafts: the k drafted char ids.
     Returns (n_accepted in 0..k, next_char): the sequence keeps drafts[:n] and then next_char
     (the correction at position n+1, or the bonus from p[k] when n == k).

@@ -12,7 +12,8 @@
 3. Trees (`bench=tree`, not in `all`): for a few shapes, the tree's verify pass (one target
    pass over [last char, N nodes], tree mask, scratch slots) as a multiple of a one-char
    pass against N, a least-squares line through them (verify / one pass = a + b N), and the
-   tree loop's overhead per node beyond the verify passes and the tree building (bigram draft).
+   tree loop's overhead per node beyond the verify passes and the tree building (bigram draft),
+   also as a share of one target pass (the same floor as the chain's).
 """
 from __future__ import annotations
 
@@ -36,48 +37,38 @@ from ..engine.train import evaluate
 log = logging.getLogger(__name__)
 
 
-def loop_overhead(cfg, target, corpus, draft_name: str, k: int, repeats: int) -> dict:
+def loop_overhead(cfg, target, corpus, draft_name: str, k: int, repeats: int, widths=None) -> dict:
+    """The speculative loop (chain of k drafts, or the tree of `widths`) against its parts, timed
+    interleaved in each of `repeats` rounds: the loop's time beyond its verify passes and its
+    drafting (the draft's time per drafted char or tree node, from `measure_cost`), per drafted
+    char / node, as a share of one target pass, and per pass; for a tree also its verify pass as
+    a multiple of a one-char pass. Medians over the rounds."""
     from .trial import build_draft
     draft = build_draft(cfg, target, corpus, OmegaConf.load(CONF_DIR / "draft" / f"{draft_name}.yaml"))
     model, T, n = target.model, cfg.temperature, cfg.n_chars
     prompt = target.tokenizer.encode(cfg.prompt).tolist()
-    shares = []
+
+    def run(track_overlap=True):
+        gen = torch.Generator().manual_seed(cfg.seed)
+        if widths is None:
+            return generate_speculative(model, draft, prompt, n, k, T, gen, track_overlap=track_overlap)
+        return generate_tree(model, draft, prompt, n, widths, T, gen, track_overlap=track_overlap)
+    rows = []
     for r in range(repeats):
-        g = generate_speculative(model, draft, prompt, n, k, T, torch.Generator().manual_seed(cfg.seed))
-        loop_s, _ = timed(lambda: generate_speculative(model, draft, prompt, n, k, T,
-                                                       torch.Generator().manual_seed(cfg.seed), track_overlap=False))
-        cost = measure_cost(model, draft, prompt, k, T, cfg.timing.cost_reps, cfg.device)
+        g = run()
+        loop_s, _ = timed(lambda: run(track_overlap=False))
+        cost = measure_cost(model, draft, prompt, k, T, cfg.timing.cost_reps, cfg.device, tree_widths=widths)
         rest_us = loop_s * 1e6 - g.target_passes * cost["verify_pass_us"] - g.proposed * cost["draft_char_us"]
-        shares.append({"overhead_us_per_drafted_char": rest_us / g.proposed,
-                       "share_of_target_pass": rest_us / g.proposed / cost["target_pass_us"],
-                       "draft_share_of_target_pass": cost["c"],
-                       "overhead_us_per_pass": rest_us / g.target_passes})
-    return {key: statistics.median(s[key] for s in shares) for key in shares[0]}
+        rows.append({"overhead_us_per_drafted_char": rest_us / g.proposed,
+                     "share_of_target_pass": rest_us / g.proposed / cost["target_pass_us"],
+                     "draft_share_of_target_pass": cost["c"], "overhead_us_per_pass": rest_us / g.target_passes,
+                     "nodes": cost.get("verify_nodes", k), "target_pass_us": cost["target_pass_us"],
+                     "verify_multiple": cost["verify_pass_us"] / cost["target_pass_us"],
+                     "draft_us_per_node": cost["draft_char_us"], "chars_per_pass": g.chars_emitted / g.target_passes})
+    return {key: statistics.median(row[key] for row in rows) for key in rows[0]}
 
 
 TREE_SHAPES = [(1, 1, 1, 1), (2, 2), (4, 2), (3, 2, 1), (8, 2), (4, 2, 2, 1), (8, 4, 2), (16, 8)]
-
-
-def tree_overhead(cfg, target, corpus, widths, repeats: int) -> dict:
-    """One shape, bigram draft: the verify pass over the tree against one 1-char pass (from
-    `measure_cost`, interleaved), and the tree loop's time beyond its verify passes and tree
-    building, per node and per pass. Medians over `repeats` rounds."""
-    from .trial import build_draft
-    draft = build_draft(cfg, target, corpus, OmegaConf.load(CONF_DIR / "draft" / "bigram.yaml"))
-    model, T, n = target.model, cfg.temperature, cfg.n_chars
-    prompt = target.tokenizer.encode(cfg.prompt).tolist()
-    rows = []
-    for r in range(repeats):
-        g = generate_tree(model, draft, prompt, n, widths, T, torch.Generator().manual_seed(cfg.seed))
-        loop_s, _ = timed(lambda: generate_tree(model, draft, prompt, n, widths, T,
-                                                torch.Generator().manual_seed(cfg.seed), track_overlap=False))
-        cost = measure_cost(model, draft, prompt, len(widths), T, cfg.timing.cost_reps, cfg.device, tree_widths=widths)
-        rest_us = loop_s * 1e6 - g.target_passes * cost["verify_pass_us"] - g.proposed * cost["draft_char_us"]
-        rows.append({"nodes": cost["verify_nodes"], "verify_multiple": cost["verify_pass_us"] / cost["target_pass_us"],
-                     "target_pass_us": cost["target_pass_us"], "draft_us_per_node": cost["draft_char_us"],
-                     "overhead_us_per_node": rest_us / g.proposed, "overhead_us_per_pass": rest_us / g.target_passes,
-                     "chars_per_pass": g.chars_emitted / g.target_passes})
-    return {key: statistics.median(row[key] for row in rows) for key in rows[0]}
 
 
 def line_fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
@@ -125,18 +116,19 @@ def main(cfg: DictConfig) -> None:
         log.info("tree verify pass vs node count, bigram draft, temperature %s (median of 3 rounds, n_chars=%d):",
                  cfg.temperature, cfg.n_chars)
         log.info("| widths | nodes | verify / one pass | one pass us | draft us/node | loop overhead us/node "
-                 "| overhead us/pass | chars/pass |")
-        log.info("|---|---|---|---|---|---|---|---|")
+                 "| share of one target pass | overhead us/pass | chars/pass |")
+        log.info("|---|---|---|---|---|---|---|---|---|")
         xs, ys = [], []
         for widths in TREE_SHAPES:
             if len(cfg.prompt) + cfg.n_chars + len(widths) > target.model.cfg.block_size:
                 continue
-            o = tree_overhead(cfg, target, corpus, widths, repeats=3)
+            o = loop_overhead(cfg, target, corpus, "bigram", len(widths), repeats=3, widths=widths)
             xs.append(o["nodes"])
             ys.append(o["verify_multiple"])
-            log.info("| %s | %d | %.2f | %.0f | %.1f | %.1f | %.0f | %.2f |", "-".join(map(str, widths)),
+            log.info("| %s | %d | %.2f | %.0f | %.1f | %.1f | %.1f%% | %.0f | %.2f |", "-".join(map(str, widths)),
                      max_nodes(widths), o["verify_multiple"], o["target_pass_us"], o["draft_us_per_node"],
-                     o["overhead_us_per_node"], o["overhead_us_per_pass"], o["chars_per_pass"])
+                     o["overhead_us_per_drafted_char"], 100 * o["share_of_target_pass"], o["overhead_us_per_pass"],
+                     o["chars_per_pass"])
         a, b = line_fit(xs, ys)
         log.info("verify pass / one 1-char pass ~= %.3f + %.4f x nodes (least squares over the shapes above)", a, b)
     if which in ("all", "quantization"):

@@ -7,8 +7,10 @@ For each table draft (ngram, distilled) and context length (`--orders`), one row
 - c: the draft's time per drafted char / one target pass (`measure_cost`, k = `k` of the config:
   repeated proposals after the prompt, so the rows it needs are memoized: the warm cost);
 - cold us/char: a stream over the sampled text with the memos cleared first, each context looked up
-  once in order, as fresh text meets them (rows built on first use: the cold cost), and the share
-  of those lookups that built a row;
+  once in order, as fresh text meets them (rows built on first use: the cold cost), through
+  `propose` at T = 1 (one char: a mixture row and a draw, as in the hot loop), and the share
+  of those lookups that built a row; "dense row / cold": the same stream through `next_probs`
+  (a dense row of V floats, the path of other temperatures), over the cold time: measured side by side;
 - table MB, contexts, and the build time. For the distilled draft the target's forward over the
   first distill_chars chars runs once (with every core, as in a build) and is shown apart; each
   order's row shows the table's own build time on top of it.
@@ -72,30 +74,37 @@ def acceptance(draft, seq: torch.Tensor, p: torch.Tensor) -> float:
     return overlap(p, q).mean().item()
 
 
-def cold_stream(draft, seq: torch.Tensor, n: int) -> tuple[float, float]:
+def cold_stream(draft, seq: torch.Tensor, n: int, mixture: bool) -> tuple[float, float]:
     """(us per looked-up context, share of lookups that built a row) over the sampled text in order,
-    memos cleared first."""
+    memos cleared first. mixture: each lookup is `propose` of one char at T = 1 (the hot loop's
+    path: a mixture row and a draw); else `next_probs` at T = 1 (a dense row of V floats)."""
     draft.clear_memos()
     rows = seq.tolist()
     P = seq.shape[1] - n
-    built = 0
+    built, gen = 0, torch.Generator().manual_seed(0)
     t0 = time.perf_counter()
     for r in rows:
         for t in range(P, P + n):
-            before = draft.memo_size()
-            draft.next_probs(r[:t], 1.0)
-            built += draft.memo_size() != before
+            before = draft.memo_size(1.0 if mixture else None)
+            if mixture:
+                draft.propose(r[:t], 1, 1.0, gen)
+            else:
+                draft.next_probs(r[:t], 1.0)
+            built += draft.memo_size(1.0 if mixture else None) != before
     total = len(rows) * n
     return (time.perf_counter() - t0) / total * 1e6, built / total
 
 
 def draft_row(label, order, draft, target, prompt, cfg, seq, p, n, build_s) -> dict:
     cost = measure_cost(target, draft, prompt, cfg.k, 1.0, cfg.timing.cost_reps, cfg.device)
-    cold_us, built = cold_stream(draft, seq, n) if hasattr(draft, "clear_memos") else (float("nan"), float("nan"))
+    nan = (float("nan"), float("nan"))
+    cold_us, built = cold_stream(draft, seq, n, mixture=True) if hasattr(draft, "clear_memos") else nan
+    dense_us, _ = cold_stream(draft, seq, n, mixture=False) if hasattr(draft, "clear_memos") else nan
     table_bytes = draft.table_bytes() if hasattr(draft, "table_bytes") else draft.describe().get("table_bytes", 0)
     return {"draft": label, "order": order, "acceptance": acceptance(draft, seq, p), "c": cost["c"],
             "draft_us": cost["draft_char_us"], "cold_us": cold_us, "cold_c": cold_us / cost["target_pass_us"],
-            "built": built, "mb": table_bytes / 1e6, "contexts": len(getattr(draft, "codes", ())), "build_s": build_s}
+            "dense_us": dense_us, "built": built, "mb": table_bytes / 1e6,
+            "contexts": len(getattr(draft, "codes", ())), "build_s": build_s}
 
 
 def parse_orders(text: str) -> list[int]:
@@ -182,12 +191,12 @@ def main() -> None:
             print(f"  {name} order {order}: acceptance {r['acceptance']:.4f}, {r['mb']:.1f} MB", flush=True)
 
     print("\n| draft | context chars | acceptance | c (warm) | draft us/char | cold us/char | cold c | "
-          "rows built | table MB | contexts | build s |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "dense row / cold | rows built | table MB | contexts | build s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['draft']} | {r['order']} | {r['acceptance']:.4f} | {r['c']:.4f} | {r['draft_us']:.2f} | "
-              f"{r['cold_us']:.1f} | {r['cold_c']:.3f} | {r['built']:.0%} | {r['mb']:.2f} | {r['contexts']} | "
-              f"{r['build_s']:.1f} |")
+              f"{r['cold_us']:.1f} | {r['cold_c']:.3f} | {r['dense_us'] / r['cold_us']:.2f} | {r['built']:.0%} | "
+              f"{r['mb']:.2f} | {r['contexts']} | {r['build_s']:.1f} |")
 
 
 if __name__ == "__main__":

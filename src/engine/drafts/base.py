@@ -37,8 +37,9 @@ class Draft:
                 gen: torch.Generator) -> tuple[list[int], torch.Tensor | list[list[float]]]:
         """Draft k chars after the committed chars `seq`.
 
-        Returns (drafts: k char ids, q: (k, V) float32 tensor or k lists of V floats): q[i] is
-        the distribution drafts[i] was sampled from, at `temperature` (one-hot at 0).
+        Returns (drafts: k char ids, q: (k, V) float32 tensor or k sequences of V floats: lists, or
+        a table draft's `MixtureRow`s, which build the whole row only when iterated): q[i] is the
+        distribution drafts[i] was sampled from, at `temperature` (one-hot at 0).
         """
         raise NotImplementedError
 

@@ -11,7 +11,8 @@ context kept, of every length 0..order, is one row of a CSR table sorted by code
     codes (K,) int64    the context codes, ascending
     lam   (K,) float32  weight of the shorter context's row (the backoff weight)
     ptr   (K+1,) int64  entries of context i are ptr[i]:ptr[i+1]
-    chars (E,) uint8 (int16 for V > 256) next-char ids, vals (E,) float32 the mass added there
+    chars (E,) uint8 (int16 for V > 256) next-char ids, ascending within a context; vals (E,)
+                float32 the mass added there
 
 The row of a context is the recurrence over its suffixes, shortest first, starting from the
 uniform distribution:
@@ -27,9 +28,21 @@ T = 0 and 1 (at other T, numpy's and torch's pow may differ in the last bit). `p
 to float32, like every draft's `probs`; `propose` hands the float64 rows to the verifier.
 
 Hot loop: a proposal draws its k uniforms in one call; each char is one dict lookup of the
-context's code, a bisect on its float64 CDF and an integer update of the code. A context's row is
-built on first use (the recurrence on numpy rows over memoized suffix rows, a numpy search of
-the code) and memoized as Python lists with its CDF, per temperature; the memos are cleared when they pass `MEMO_LIMIT` rows.
+context's code, one draw and an integer update of the code. At T = 1 (the speculative
+setting) no row of V floats is built: the recurrence unrolls to a mixture of the table rows of the
+context's suffixes plus a uniform part,
+
+    floor-mixed row r = U / V + sum_j c_j * vals_j,   c_j = (1 - eps) * prod_{i > j} lam_i,
+                                                      U = (1 - eps) * prod_i lam_i + eps
+
+(j over the suffixes in the table, longest first, stopping at the first lam = 0), and a
+`MixtureRow` samples from it with u * S (S = U + sum_j c_j * sum(vals_j)): a walk over the parts, a
+bisect within one suffix's entries. It gives q(x) = r(x) / S per char and builds the dense row
+only when asked for all of it (the verifier's residual after a rejection). Its q equals the
+dense rule's to float rounding (the normalizer is summed in another order), not bit for bit;
+`next_probs` and the other temperatures build dense rows: the recurrence on numpy rows over
+memoized suffix rows, memoized as Python lists with their CDF, per temperature. Memos are cleared
+when they pass `MEMO_LIMIT` rows, and at every `reset`.
 
 Tables are cached on disk when the draft is given `cache_dir` and `target_key`: one file per
 (draft class, target, the draft's own settings, the training ids it used), written atomically.
@@ -40,6 +53,7 @@ import bisect
 import hashlib
 import json
 import time
+from itertools import accumulate
 from pathlib import Path
 
 import numpy as np
@@ -98,6 +112,82 @@ def suffix_codes(ctx: torch.Tensor, base: int) -> tuple[torch.Tensor, torch.Tens
         valid[:, j] = valid[:, j - 1] & (c >= 0)
         scale *= base
     return codes, valid
+
+
+class TableRow:
+    """One context's table entries as Python values: lam (its backoff weight), chars (ascending),
+    vals (float32 widened exactly to float), cum (running sums of vals) and mass (= cum[-1])."""
+    __slots__ = ("lam", "chars", "vals", "cum", "mass")
+
+    def __init__(self, lam: float, chars: list[int], vals: list[float]):
+        self.lam, self.chars, self.vals = lam, chars, vals
+        self.cum = list(accumulate(vals))
+        self.mass = self.cum[-1] if vals else 0.0
+
+    def val(self, x: int) -> float:
+        i = bisect.bisect_left(self.chars, x)
+        return self.vals[i] if i < len(self.chars) and self.chars[i] == x else 0.0
+
+    def draw(self, y: float) -> int:
+        """The char whose running-sum interval holds y in [0, mass): a zero-mass entry has an
+        empty interval and is never drawn, also when rounding puts y at or past the mass."""
+        i = bisect.bisect_right(self.cum, y)
+        if i == len(self.cum):
+            i -= 1
+            while self.vals[i] == 0:
+                i -= 1
+        return self.chars[i]
+
+
+class MixtureRow:
+    """A context's q at T = 1 in mixture form: q(x) = (U / V + sum_j c_j * vals_j(x)) / S.
+
+    A sequence of V floats to the verifier (q[x]: one char, computed; iterating builds the
+    dense row once). `sample(u)` maps u in [0, 1) to a char with law q: x = u * S falls in the
+    part j of width c_j * mass_j (bisect on its running sums) or in the uniform part of width U."""
+    __slots__ = ("parts", "uniform", "total", "size", "_dense")
+
+    def __init__(self, parts: list[tuple[float, TableRow]], uniform: float, size: int):
+        self.parts, self.uniform, self.size = parts, uniform, size   # parts: (c_j, row j), longest first
+        self.total = uniform + sum(c * row.mass for c, row in parts)
+        self._dense = None
+
+    def sample(self, u: float) -> int:
+        x = u * self.total
+        for c, row in self.parts:
+            width = c * row.mass
+            if x < width:
+                return row.draw(x / c)
+            x -= width
+        if self.uniform > 0:
+            return min(int(x * self.size / self.uniform), self.size - 1)
+        c, row = next((c, row) for c, row in reversed(self.parts) if row.mass > 0)  # rounding past the end
+        return row.draw(row.mass)
+
+    def __getitem__(self, x):
+        if type(x) is not int:
+            return self.dense()[x]
+        if x < 0:
+            x += self.size
+        r = self.uniform / self.size
+        for c, row in self.parts:
+            r += c * row.val(x)
+        return r / self.total
+
+    def dense(self) -> list[float]:
+        """q as V floats: the same sums as `q[x]`, in the same order, for every char at once."""
+        if self._dense is None:
+            r = np.full(self.size, self.uniform / self.size)
+            for c, row in self.parts:
+                r[row.chars] += np.multiply(c, row.vals)          # chars of one row are unique
+            self._dense = (r / self.total).tolist()
+        return self._dense
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __iter__(self):
+        return iter(self.dense())
 
 
 class TableDraft(Draft):
@@ -175,6 +265,8 @@ class TableDraft(Draft):
         self._base_rows: dict[int, np.ndarray] = {}  # code -> T=1 row before the floor (any length)
         self._rows: dict[int, tuple] = {}              # code -> (q row, CDF) at self._temperature
         self._temperature = None
+        self._table_rows: dict[int, TableRow | None] = {}    # code -> its entries (None: not in the table)
+        self._mixtures: dict[int, MixtureRow] = {}            # code -> q at T = 1 (propose)
 
     def table_bytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.table.values())
@@ -296,6 +388,39 @@ class TableDraft(Draft):
             self._rows, self._temperature = {}, temperature
         return self._rows
 
+    def _table_row(self, code: int) -> TableRow | None:
+        """The table entries of context `code`, or None when it is not in the table; memoized."""
+        if code in self._table_rows:
+            return self._table_rows[code]
+        codes = self._codes_np
+        i = int(codes.searchsorted(code))
+        row = None
+        if i < len(codes) and codes.item(i) == code:
+            s, e = self._ptr_np.item(i), self._ptr_np.item(i + 1)
+            row = TableRow(self._lam_np.item(i), self._chars_np[s:e].tolist(), self._vals_np[s:e].tolist())
+        if len(self._table_rows) >= MEMO_LIMIT:
+            self._table_rows.clear()
+        self._table_rows[code] = row
+        return row
+
+    def _mixture(self, code: int, n: int) -> MixtureRow:
+        """Build and memoize the T = 1 q of the length-n context `code` in mixture form: the
+        recurrence of the module docstring unrolled, longest suffix first."""
+        parts, c = [], 1.0 - self.floor_mix
+        for j in range(n, -1, -1):
+            row = self._table_row(code % self.base ** j)        # the code of the last j chars
+            if row is None:
+                continue
+            parts.append((c, row))
+            c *= row.lam
+            if c == 0:                                           # lam = 0: shorter contexts get no weight
+                break
+        mix = MixtureRow(parts, c + self.floor_mix, self.vocab_size)
+        if len(self._mixtures) >= MEMO_LIMIT:
+            self._mixtures.clear()
+        self._mixtures[code] = mix
+        return mix
+
     def reset(self) -> None:
         """A new sequence starts: the memoized rows are dropped, so each sequence pays for building
         the rows it meets. A trial replays one seed many times; rows kept from the earlier runs
@@ -304,11 +429,12 @@ class TableDraft(Draft):
 
     def clear_memos(self) -> None:
         """Forget every memoized row (the next lookups build them again)."""
-        self._base_rows, self._rows = {}, {}
+        self._base_rows, self._rows, self._table_rows, self._mixtures = {}, {}, {}, {}
 
-    def memo_size(self) -> int:
-        """Rows memoized at the current temperature."""
-        return len(self._rows)
+    def memo_size(self, temperature: float | None = None) -> int:
+        """Rows memoized for `temperature` (default: the dense rows' current one; 1: the mixtures
+        `propose` samples from)."""
+        return len(self._mixtures) if temperature == 1 else len(self._rows)
 
     def _code(self, context: list[int]) -> tuple[int, int]:
         ctx = context[-self.order:]
@@ -318,6 +444,8 @@ class TableDraft(Draft):
         return code, len(ctx)
 
     def propose(self, seq, k, temperature, gen):
+        if temperature == 1:
+            return self._propose_mixture(seq, k, gen)
         rows = self._memo(temperature)
         B, n = self.base, self.order
         code, length = self._code(seq)
@@ -334,6 +462,25 @@ class TableDraft(Draft):
             else:
                 code = (code % self._shift) * B + d + 1
         return drafts, q                        # q: k rows of V floats
+
+    def _propose_mixture(self, seq, k, gen):
+        """`propose` at T = 1: draws from the mixture form, no dense row built (module docstring)."""
+        mixtures = self._mixtures
+        B, n = self.base, self.order
+        code, length = self._code(seq)
+        drafts, q = [], []
+        for u in uniforms(k, gen):
+            mix = mixtures.get(code)
+            if mix is None:
+                mix = self._mixture(code, length)
+            q.append(mix)
+            d = mix.sample(u)
+            drafts.append(d)
+            if length < n:
+                code, length = code * B + d + 1, length + 1
+            else:
+                code = (code % self._shift) * B + d + 1
+        return drafts, q                        # q: k MixtureRows, each a sequence of V floats
 
     def next_probs(self, context, temperature):
         rows = self._memo(temperature)
