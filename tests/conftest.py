@@ -12,6 +12,7 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from src.engine.corpus import synthetic_text
+from src.engine.drafts import BigramDraft
 
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 PROMPT = "the cat "
@@ -152,3 +153,20 @@ def pytest_configure(config):
     # the launcher configs merge onto the plugins' schemas on purpose (see src/harness/__init__.py)
     config.addinivalue_line("filterwarnings",
                             "ignore:(?s).*is validated against ConfigStore schema with the same name:UserWarning")
+
+
+class ZeroedBigram(BigramDraft):
+    """A draft with q = 0 on several chars the target gives mass to."""
+    def __init__(self, target, train_ids, zero_ids):
+        super().__init__(target, train_ids, name="zeroed", alpha=1.0)
+        self.log_q[:, zero_ids] = float("-inf")
+        self.log_q = torch.log_softmax(self.log_q, -1)
+
+
+@pytest.fixture
+def zeroed(tiny):
+    """(draft, zero_ids, prompt): a bigram with q = 0 on "aeot", all chars the target gives mass to."""
+    cfg, corpus, target = tiny
+    tok = target.tokenizer
+    zero_ids = tok.encode("aeot").tolist()
+    return ZeroedBigram(target.model, tok.encode(corpus.split(0.1)[0]), zero_ids), zero_ids, tok.encode(cfg.prompt)

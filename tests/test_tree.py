@@ -33,7 +33,7 @@ from src.engine.sampling import draw, probs_from_logits, residual_weights, unifo
 from src.engine.tree import (TreeMasks, _normalized, build_tree, commit_path, generate_tree, max_nodes,
                              tree_accept, tree_verify)
 from tests.conftest import compose_cfg
-from tests.test_exactness import ALPHA, DRAFT_NAMES, ZeroedBigram, full_probs, position_p_values
+from tests.test_exactness import ALPHA, DRAFT_NAMES, full_probs, position_p_values
 
 B = 6000
 SHAPE = (4, 2, 2, 1)   # the shape of conf/verify/tree.yaml: 44 nodes
@@ -184,13 +184,10 @@ def test_bigram_shapes_and_temperature(tiny, drafts, widths, temperature):
     assert_exact(chars, emitted, p_exact, len(widths), f"bigram tree {widths} T={temperature}")
 
 
-def test_draft_with_zeros_where_target_has_mass_stays_exact(tiny):
+def test_draft_with_zeros_where_target_has_mass_stays_exact(tiny, zeroed):
     """The residual must emit chars the draft never proposes (q = 0, p > 0)."""
-    cfg, corpus, target = tiny
-    tok = target.tokenizer
-    zero_ids = tok.encode("aeot").tolist()
-    draft = ZeroedBigram(target.model, tok.encode(corpus.split(0.1)[0]), zero_ids)
-    prompt = tok.encode(cfg.prompt)
+    _, _, target = tiny
+    draft, zero_ids, prompt = zeroed
     chars, emitted, p_exact = simulate_tree_steps(target.model, draft, prompt, SHAPE, 1.0,
                                                   torch.Generator().manual_seed(41), n=4000)
     assert torch.isin(chars[emitted], torch.tensor(zero_ids)).any()
