@@ -8,10 +8,11 @@ attention stay float32.
 
 Why fixed input scales rather than dynamic ones (`torch.ao.quantization.quantize_dynamic`): a
 dynamic linear takes one scale from the min and max of its whole input, so a row's result
-depends on the other rows fed with it. The draft samples one char per call, while its `probs`
-scores a (B, T) batch at once; with dynamic scales the two would give different q, and the
-acceptance ratio needs the q the draft sampled from. With a fixed scale every row is quantized
-by itself and accumulated in int32, exactly, whatever the batch.
+depends on the other rows fed with it. The draft's `propose` feeds one or two chars per call,
+while its `probs` (what the exactness tests drive) scores a (B, T) batch at once; with dynamic
+scales the two would give different q, and the tests must see the q the draft sampled from.
+With a fixed scale every row is quantized by itself and accumulated in int32, exactly,
+whatever the batch.
 
 Inputs use 7 bits (0..127, as the ao observers' `reduce_range` for x86): fbgemm's AVX2 kernel
 adds pairs of u8 x s8 products in int16, which 8-bit inputs could saturate.
@@ -133,7 +134,8 @@ def int8_kernel_copy(model: nn.Module, windows: torch.Tensor, engine: str = "x86
                 if isinstance(child, nn.Linear):
                     full = f"{name}.{child_name}" if name else child_name
                     setattr(mod, child_name, Int8Linear(child, *ranges[full]))
-                    packed += child.weight.numel() + child.out_features * 4 + (0 if child.bias is None else child.bias.numel() * 4)
+                    bias = 0 if child.bias is None else child.bias.numel()
+                    packed += child.weight.numel() + 4 * (child.out_features + bias)  # int8s, f32 scales, f32 bias
     packed += sum(p.numel() * 4 for p in qmodel.parameters())  # what is left: embeddings, LayerNorm
     n_linear = sum(isinstance(m, Int8Linear) for m in qmodel.modules())
     return qmodel, {"float32_bytes": float_bytes, "packed_bytes": packed, "int8_linears": n_linear, "engine": engine}

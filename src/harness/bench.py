@@ -1,7 +1,8 @@
 """Benchmarks that print tables (never asserted in tests): `make bench`.
 
     python -m src.harness.bench                      # the overhead, kernels and quantization tables, default model
-    python -m src.harness.bench +bench=overhead k=8  # one table (overhead, quantization, kernels, tree); any override as for src.run
+    python -m src.harness.bench +bench=kernels k=8   # one table (overhead, kernels, quantization, tree);
+                                                     # any override as for src.run (model=NAME: another target)
 
 1. Loop overhead: the speculative loop's time per drafted char beyond the draft's own
    lookup and the verify passes, as a share of one target pass (floor: <= 5% for bigram).
@@ -107,8 +108,8 @@ def quantization_table(cfg, corpus, target) -> list[dict]:
     from .trial import build_draft
     kernels = build_draft(cfg, target, corpus, OmegaConf.load(CONF_DIR / "draft" / "int8_kernels.yaml"))
     loss = evaluate(kernels.model, val_ids, block)
-    rows.append({"weights": "int8 kernels (draft int8_kernels: per-channel, 7-bit fixed-scale inputs, "
-                 "embeddings float32)", "bytes": kernels.describe()["packed_bytes"], "val_loss": loss, "delta": loss - base})
+    label = "int8 kernels (draft int8_kernels: per-channel, 7-bit fixed-scale inputs, embeddings float32)"
+    rows.append({"weights": label, "bytes": kernels.describe()["packed_bytes"], "val_loss": loss, "delta": loss - base})
     return rows
 
 
