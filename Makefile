@@ -41,7 +41,7 @@ analyze: $(VENV)/.installed ## tables, cost models and figures of the latest swe
 test: $(VENV)/.installed ## run the test suite (CPU; the cluster tests too once `make setup-cluster` has run)
 	$(PY) -m pytest -q tests
 
-bench: $(VENV)/.installed ## print the benchmark tables (loop overhead, quantized drafts)
+bench: $(VENV)/.installed ## print the benchmark tables (loop overhead, int8 kernels vs fake int8, quantized drafts; ARGS="+bench=kernels model=NAME")
 	$(PY) -m src.harness.bench $(ARGS)
 
 bench-sweep: $(VENV)/.installed ## the paper sweep at n_jobs=1 and 2: timing agreement, harness overhead, wall ratio (ARGS=--n1-only: the overhead alone)

@@ -1,15 +1,20 @@
 """Benchmarks that print tables (never asserted in tests): `make bench`.
 
-    python -m src.harness.bench                      # both tables on the default model
-    python -m src.harness.bench +bench=overhead k=8  # one table (overhead, quantization, tree); any override as for src.run
+    python -m src.harness.bench                      # the overhead, kernels and quantization tables, default model
+    python -m src.harness.bench +bench=kernels k=8   # one table (overhead, kernels, quantization, tree);
+                                                     # any override as for src.run (model=NAME: another target)
 
 1. Loop overhead: the speculative loop's time per drafted char beyond the draft's own
    lookup and the verify passes, as a share of one target pass (floor: <= 5% for bigram).
    The loop, the verify pass and the draft are timed interleaved in one run; each row is the
    median of `repeats` rounds.
 2. Quantized drafts: weight memory (packed ints + float32 scales vs float32) and the
-   validation-loss change against the target.
-3. Trees (`bench=tree`, not in `all`): for a few shapes, the tree's verify pass (one target
+   validation-loss change against the target, the int8-kernel copy (`int8_kernels`) included.
+3. Int8 kernels (`bench=kernels`, in `all`; src/harness/bench_kernels.py): the draft cost c
+   of the float32 target, the fake-quantized int8 draft and the int8-kernel draft timed side
+   by side, and one Linear of each shape, float32 against int8 kernel. `model=NAME` times
+   another target size.
+4. Trees (`bench=tree`, not in `all`): for a few shapes, the tree's verify pass (one target
    pass over [last char, N nodes], tree mask, scratch slots) as a multiple of a one-char
    pass against N, a least-squares line through them (verify / one pass = a + b N), and the
    tree loop's overhead per node beyond the verify passes and the tree building (bigram draft),
@@ -30,6 +35,7 @@ from ..engine.tree import generate_tree, max_nodes
 from ..engine.measure import measure_cost
 from ..engine.errors import SpecsweepError
 from ..engine.quantize import quantized_copy
+from . import bench_kernels
 from .paths import CONF_DIR
 from ..engine.timing import timed
 from ..engine.train import evaluate
@@ -90,6 +96,11 @@ def quantization_table(cfg, corpus, target) -> list[dict]:
             loss = evaluate(qmodel, val_ids, block)
             label = f"int{bits} per-{gran}" + (" (32)" if gran == "group" else "")
             rows.append({"weights": label, "bytes": mem["packed_bytes"], "val_loss": loss, "delta": loss - base})
+    from .trial import build_draft
+    kernels = build_draft(cfg, target, corpus, OmegaConf.load(CONF_DIR / "draft" / "int8_kernels.yaml"))
+    loss = evaluate(kernels.model, val_ids, block)
+    label = "int8 kernels (draft int8_kernels: per-channel, 7-bit fixed-scale inputs, embeddings float32)"
+    rows.append({"weights": label, "bytes": kernels.describe()["packed_bytes"], "val_loss": loss, "delta": loss - base})
     return rows
 
 
@@ -131,6 +142,8 @@ def main(cfg: DictConfig) -> None:
                      o["chars_per_pass"])
         a, b = line_fit(xs, ys)
         log.info("verify pass / one 1-char pass ~= %.3f + %.4f x nodes (least squares over the shapes above)", a, b)
+    if which in ("all", "kernels"):
+        bench_kernels.log_tables(log, cfg, target, corpus)
     if which in ("all", "quantization"):
         log.info("quantized drafts: weight memory and validation loss (full validation split):")
         log.info("| weights | bytes | val loss | change |")

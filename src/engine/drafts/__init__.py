@@ -3,10 +3,11 @@ from .base import Draft
 from .bigram import BigramDraft
 from .distilled import DistilledDraft
 from .heads import HeadsDraft
+from .int8_kernels import Int8KernelDraft
 from .model_draft import ModelDraft
 from .ngram import NgramDraft
 from .quantized import QuantizedDraft
 from .table import TableDraft
 
-__all__ = ["Draft", "BigramDraft", "DistilledDraft", "HeadsDraft", "ModelDraft", "NgramDraft", "QuantizedDraft",
-           "TableDraft"]
+__all__ = ["Draft", "BigramDraft", "DistilledDraft", "HeadsDraft", "Int8KernelDraft", "ModelDraft", "NgramDraft",
+           "QuantizedDraft", "TableDraft"]

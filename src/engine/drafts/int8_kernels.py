@@ -1,0 +1,31 @@
+"""A copy of the target whose Linear layers run real int8 kernels (fbgemm), beside the
+fake-quantized `int8` draft whose matmuls stay float32: does a real kernel make it cheap?
+
+Its `propose` (cached, one or two chars per call) and `probs` (a full (B, T) forward) run the
+same int8 model; since every Linear quantizes each row with a fixed scale (see
+src/engine/int8_linear.py), a row's q does not depend on what it is batched with.
+"""
+from __future__ import annotations
+
+from .. import int8_linear
+from .model_draft import ModelDraft
+
+
+class Int8KernelDraft(ModelDraft):
+    name = "int8_kernels"
+
+    def __init__(self, target, train_ids, name: str | None = None, engine: str = "x86",
+                 calibration_windows: int = 32):
+        """engine: the quantized engine the weights are packed for (x86 or fbgemm).
+        calibration_windows: how many training windows of the target's context length a
+        float forward runs over to set each Linear's input range."""
+        windows = int8_linear.calibration_windows(train_ids, calibration_windows, target.cfg.block_size)
+        with target.cache_set_aside():  # do not deep-copy the target's cache buffers
+            qmodel, self.memory = int8_linear.int8_kernel_copy(target, windows, engine)
+        super().__init__(target, train_ids, name, model=qmodel)
+        self.engine, self.calibration_windows = engine, calibration_windows
+
+    def describe(self):
+        return {"engine": self.engine, "int8_linears": self.memory["int8_linears"],
+                "calibration_windows": self.calibration_windows,
+                "float32_bytes": self.memory["float32_bytes"], "packed_bytes": self.memory["packed_bytes"]}
