@@ -1,7 +1,7 @@
 """Benchmarks that print tables (never asserted in tests): `make bench`.
 
     python -m src.harness.bench                      # the overhead, kernels and quantization tables, default model
-    python -m src.harness.bench +bench=kernels k=8   # one table (overhead, kernels, quantization, tree);
+    python -m src.harness.bench +bench=kernels k=8   # one table (overhead, kernels, quantization, tree, rows);
                                                      # any override as for src.run (model=NAME: another target)
 
 1. Loop overhead: the speculative loop's time per drafted char beyond the draft's own
@@ -19,6 +19,8 @@
    pass against N, a least-squares line through them (verify / one pass = a + b N), and the
    tree loop's overhead per node beyond the verify passes and the tree building (bigram draft),
    also as a share of one target pass (the same floor as the chain's).
+5. Row paths (`bench=rows`, not in `all`): the table drafts' loop at T = 1 drawing from
+   mixture rows (what `propose` does) against dense rows, alternated pairs.
 """
 from __future__ import annotations
 
@@ -72,6 +74,31 @@ def loop_overhead(cfg, target, corpus, draft_name: str, k: int, repeats: int, wi
                      "verify_multiple": cost["verify_pass_us"] / cost["target_pass_us"],
                      "draft_us_per_node": cost["draft_char_us"], "chars_per_pass": g.chars_emitted / g.target_passes})
     return {key: statistics.median(row[key] for row in rows) for key in rows[0]}
+
+
+def row_paths(cfg, target, corpus, draft_name: str, k: int) -> dict:
+    """A table draft's speculative loop at T = 1 drawing from mixture rows (what `propose` does)
+    against the same loop drawing from dense rows (`_propose_dense`, the path of other
+    temperatures), in alternated pairs (`timing.pairs`): the ratio dense / mixture of the loop's
+    time (> 1: the mixture path is faster), its interval, and chars per pass (equal in law)."""
+    import copy
+    from .trial import build_draft
+    from ..engine.timing import paired_timing
+    mixture = build_draft(cfg, target, corpus, OmegaConf.load(CONF_DIR / "draft" / f"{draft_name}.yaml"))
+    dense = copy.copy(mixture)
+    dense.clear_memos()                               # its own memos (copy.copy shares the dicts)
+    dense.propose = lambda seq, k, T, gen: dense._propose_dense(seq, k, T, gen)
+    model, n = target.model, cfg.n_chars
+    prompt = target.tokenizer.encode(cfg.prompt).tolist()
+
+    def run(draft):
+        return generate_speculative(model, draft, prompt, n, k, 1.0, torch.Generator().manual_seed(cfg.seed),
+                                    track_overlap=False)
+    pt = paired_timing(lambda: run(dense), lambda: run(mixture), max(cfg.timing.pairs, 5), cfg.device)
+    s = pt.summary()
+    g = run(mixture)
+    return {"ratio": s["speedup_median"], "lo": s["speedup_lo"], "hi": s["speedup_hi"],
+            "chars_per_pass": g.chars_emitted / g.target_passes}
 
 
 TREE_SHAPES = [(1, 1, 1, 1), (2, 2), (4, 2), (3, 2, 1), (8, 2), (4, 2, 2, 1), (8, 4, 2), (16, 8)]
@@ -142,6 +169,18 @@ def main(cfg: DictConfig) -> None:
                      o["chars_per_pass"])
         a, b = line_fit(xs, ys)
         log.info("verify pass / one 1-char pass ~= %.3f + %.4f x nodes (least squares over the shapes above)", a, b)
+    if which == "rows":
+        log.info("table drafts at T = 1: the speculative loop from mixture rows against dense rows, "
+                 "alternated pairs (n_chars=%d, seed %d):", cfg.n_chars, cfg.seed)
+        log.info("| draft | k | loop time dense / mixture | interval | chars/pass |")
+        log.info("|---|---|---|---|---|")
+        for name in ("ngram", "distilled"):
+            for k in (4, 8, 16):
+                if len(cfg.prompt) + cfg.n_chars + k > target.model.cfg.block_size:
+                    continue
+                o = row_paths(cfg, target, corpus, name, k)
+                log.info("| %s | %d | %.3f | %.3f-%.3f | %.2f |", name, k, o["ratio"], o["lo"], o["hi"],
+                         o["chars_per_pass"])
     if which in ("all", "kernels"):
         bench_kernels.log_tables(log, cfg, target, corpus)
     if which in ("all", "quantization"):

@@ -446,6 +446,10 @@ class TableDraft(Draft):
     def propose(self, seq, k, temperature, gen):
         if temperature == 1:
             return self._propose_mixture(seq, k, gen)
+        return self._propose_dense(seq, k, temperature, gen)
+
+    def _propose_dense(self, seq, k, temperature, gen):
+        """`propose` from dense rows (every temperature; at T = 1 `propose` uses the mixtures)."""
         rows = self._memo(temperature)
         B, n = self.base, self.order
         code, length = self._code(seq)
