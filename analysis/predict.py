@@ -7,7 +7,8 @@
     python -m analysis.predict --validate --sweep-id ID [--fit-sweep ID --fit-drafts bigram,int8,int4]
 
 Any `KEY=VALUE` is a Hydra override of conf/ (as for `python -m src.run`); `k=` takes a comma list.
-It measures only what is cheap, in seconds:
+It measures only what is cheap (a minute or two on 2 cores, against a sweep's minutes per cell); the
+target and the draft come from the cache as a trial's do (trained and cached first if missing):
 - acceptance: `--seqs` sequences of the config's n_chars sampled from the target at the config's
   temperature; at every `--every`-th prefix length each sequence draws one chain of drafts from
   the draft and the target scores it in one forward (src/engine/acceptance.py), giving S_i, the
@@ -31,7 +32,8 @@ extended cost model's loop overheads (analysis/cost_models.py), fitted on a fini
 trials (`--fit-sweep`, its drafts in `--fit-drafts`; fitted on that sweep's machine, so the
 overheads in microseconds carry over only to a machine of that speed); without it all three are
 0 and the output says so. With them 0 and tv = t1 the formula is the seed's cpp / (1 + k c).
-The recommended k is the one with the highest predicted speedup (the top one, with overhead or without).
+The recommended setting is the one with the highest predicted speedup; where none is above 1x, the
+advice is not to speculate.
 
 --validate predicts every cell of a finished sweep (same target, temperature and n_chars as its
 trials, drafts built as the trials built them) and prints, per cell, predicted and measured (the
@@ -39,8 +41,9 @@ pooled median over every pair of the cell's seeds, as the report) with APE = |pr
 (and the predicted chars per pass beside the trials' median),
 then median and max APE for the seed's drafts (bigram, int8, int4) and the new drafts apart.
 
-Bad input (unknown draft, a k the draft or context cannot take, no such sweep, another target
-than the sweep's) ends with one line on stderr and exit status 2; nothing is written.
+A k the draft or the context window cannot take is left out with a line saying why. Bad input
+(unknown draft, no setting left, a bad k list, no such store or sweep, another target than the
+sweep's) ends with one line on stderr and exit status 2; the command writes no file of its own.
 """
 from __future__ import annotations
 

@@ -153,6 +153,17 @@ def test_measure_on_the_tiny_model(tiny):
     assert (table["cpp"] == 1 + np.cumsum(m.survival)).all()
 
 
+def test_measure_a_tree_of_a_table_draft_on_the_tiny_model(tiny):
+    """A tree's chars per pass lies in [1, depth + 1], its nodes at most the shape's; a table draft's
+    td is the cold replay's, with the warm one kept beside it."""
+    cfg, corpus, target = tiny
+    dcfg = compose_cfg(cfg.data.path, cfg.data.cache_dir, "draft=ngram", "verify=tree", "verify.widths=[2,1]", "k=2")
+    m = measure(dcfg, [], [(2, 1)], seqs=2, every=16, seed=0, loaded=(corpus, target))
+    cost = m.costs["2-1"]
+    assert 1 <= cost["cpp"] <= 3 and 1 <= cost["nodes"] <= 4 and "draft_char_us_warm" in cost
+    assert len(m.survival) == 0 and prediction_table(m.survival, m.costs, Overheads())["setting"].tolist() == ["2-1"]
+
+
 @pytest.mark.parametrize("args, says", [(["draft=nosuch"], "error: unknown draft 'nosuch'"),
                                         (["draft=bigram", "k=0"], "error: k must be"),
                                         (["--validate", "--tracking-uri", "sqlite:////nonexistent/x.db"],
