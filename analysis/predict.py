@@ -131,7 +131,8 @@ def prediction_table(survival, costs: dict, overheads: Overheads, a: float | Non
 
 
 def ape_summary(cells: pd.DataFrame, paper_drafts) -> pd.DataFrame:
-    """Median and max APE (percent) of cells (columns draft, ape) for the paper drafts and the others."""
+    """Median and max APE (percent) of cells (columns draft, `ape %`) for the paper drafts (a tree of one
+    counts as one: `bigram+tree2-1`) and the others."""
     base = cells["draft"].str.split("+").str[0]
     rows = []
     for group, mask in (("paper drafts (" + ", ".join(paper_drafts) + ")", base.isin(paper_drafts)),
@@ -276,7 +277,7 @@ class Measured:
     target_key: str
     a: float                  # mean overlap at the first drafted position
     survival: np.ndarray      # S_1..S_kmax (chains; empty for trees)
-    costs: dict               # label -> component times (and cpp, nodes for trees)
+    costs: dict               # label -> component times (us), cpp and drafted chars (nodes) per pass
     seconds: float
 
 
@@ -412,9 +413,10 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--tracking-uri", dest="uri", help="default: $MLFLOW_TRACKING_URI, else the repository's mlruns/")
     p.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help="MLflow experiment (default: %(default)s)")
     p.add_argument("--seqs", type=int, default=16, help="sequences sampled from the target (default: %(default)s)")
-    p.add_argument("--every", type=int, default=8, help="a chain (tree) at every N-th prefix length (default: %(default)s)")
+    p.add_argument("--every", type=int, default=8,
+                   help="a chain (tree) at every N-th prefix length (default: %(default)s)")
     p.add_argument("--rounds", type=int, default=15, help="interleaved rounds of the component times "
-                   "(a trial: 7; more steady the median on a busy machine; default: %(default)s)")
+                   "(a trial's: 7; more rounds, a steadier median on a busy machine; default: %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="seed of the sampled text and drafts (default: %(default)s)")
     flags, overrides = split_args(argv)
     args = p.parse_args(flags)

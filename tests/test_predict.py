@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from analysis import figures
-from analysis.predict import (MAP_KS, Overheads, PaysInputs, chars_per_pass, iid_chars_per_pass, measure,
+from analysis.predict import (MAP_KS, Overheads, PaysInputs, ape_summary, chars_per_pass, iid_chars_per_pass, measure,
                               pays_grid, prediction_table, speedup)
 from src.engine.acceptance import chain_survival, expected_accepted, sample_text, survival
 from src.engine.sampling import uniforms
@@ -55,6 +55,14 @@ def test_a_draft_off_by_a_factor_moves_the_prediction_by_the_formulas_factor(k):
     assert speedup(chars_per_pass(s / 2, k), t1, tv, td, k) / base == pytest.approx(half / (1 + s.sum()), rel=1e-12)
     # a verify pass twice as dear with a free draft: the prediction halves
     assert speedup(chars_per_pass(s, k), t1, 2 * tv, 0.0, k) / speedup(chars_per_pass(s, k), t1, tv, 0.0, k) == 0.5
+
+
+def test_ape_summary_keeps_the_paper_drafts_apart():
+    cells = pd.DataFrame({"draft": ["bigram", "int8", "bigram+tree2-1", "ngram", "ngram+tree2-1", "heads"],
+                          "ape %": [1.0, 3.0, 8.0, 2.0, 10.0, np.nan]})
+    out = ape_summary(cells, ("bigram", "int8", "int4")).set_index("cells")
+    assert out.loc[3, ["median APE %", "max APE %"]].tolist() == [3.0, 8.0]     # bigram, int8, bigram's tree
+    assert out.loc[2, ["median APE %", "max APE %"]].tolist() == [6.0, 10.0]    # ngram and its tree; heads: no error
 
 
 # ---- the acceptance estimators ------------------------------------------------------------------
