@@ -6,7 +6,7 @@ ARGS   ?=
 SWEEP  ?= paper
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run sweep ui analyze test bench bench-sweep bench-noise bench-drafts clean-outputs
+.PHONY: help setup run sweep ui analyze predict test bench bench-sweep bench-noise bench-drafts clean-outputs
 .PHONY: setup-cluster tracking-server tracking-server-stop ray-up ray-down
 
 help: ## list the targets
@@ -37,6 +37,9 @@ ui: $(VENV)/.installed ## the MLflow UI on http://127.0.0.1:5000 for the store i
 
 analyze: $(VENV)/.installed ## tables, cost models and figures of the latest sweep (ARGS="--sweep-id ID")
 	$(PY) -m analysis.report $(ARGS)
+
+predict: $(VENV)/.installed ## predict a draft's speedup per k in seconds, no sweep (ARGS="draft=ngram k=2,4,8 --fit-sweep ID"; ARGS="--validate --sweep-id ID")
+	$(PY) -m analysis.predict $(ARGS)
 
 test: $(VENV)/.installed ## run the test suite (CPU; the cluster tests too once `make setup-cluster` has run)
 	$(PY) -m pytest -q tests

@@ -1,7 +1,8 @@
 """The report's figures (matplotlib, Agg backend: no display needed).
 
 speedup vs k: per draft the pooled median with its interval as a band, the extended model dashed and
-the seed formula dotted, a line at 1.0; acceptance vs k; predicted vs measured with y = x.
+the seed formula dotted, a line at 1.0; acceptance vs k; predicted vs measured with y = x; the pays
+map (predicted chain speedup over per-position acceptance and draft cost, one per target).
 """
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from .cost_models import MODELS  # noqa: E402
@@ -62,4 +64,48 @@ def predicted_vs_measured(cells: pd.DataFrame):
     ax.set(xlim=(lo, hi), ylim=(lo, hi), xlabel="measured speedup (pooled median)", ylabel="predicted speedup",
            title="Predicted vs measured, one point per cell")
     ax.legend(fontsize=7)
+    return fig
+
+
+PAYS_LEVELS = (1.0, 2.0, 3.0)
+
+
+def pays_map(inputs, ks, grid: int = 241):
+    """Predicted chain speedup at the best k in `ks` over per-position acceptance a in [0, 0.999]
+    and draft cost c = td / t1 in [0, 1.2], for one target (`predict.PaysInputs`: its verify-cost
+    line and loop overheads), contours at PAYS_LEVELS, and the sweep's chain cells as points, one
+    colour per draft, labelled with the draft, its k and their measured speedups."""
+    from matplotlib.colors import TwoSlopeNorm
+
+    from .predict import pays_grid
+    a = np.linspace(0.0, 0.999, grid)
+    c = np.linspace(0.0, 1.2, grid)
+    A, C = np.meshgrid(a, c)                                                   # (grid, grid): rows c, columns a
+    s, _ = pays_grid(A, C, ks, inputs.verify_ratio, inputs.overheads, inputs.t1)
+    fig, ax = plt.subplots(figsize=(7.5, 5.5))
+    norm = TwoSlopeNorm(vmin=0.0, vcenter=1.0, vmax=4.0)                       # white at 1x; 4x and above: darkest
+    mesh = ax.pcolormesh(A, C, s, shading="auto", cmap="RdYlGn", norm=norm)
+    fig.colorbar(mesh, ax=ax, label=f"predicted speedup, best k in {ks[0]}..{ks[-1]} (colour capped at 4x)")
+    levels = [v for v in PAYS_LEVELS if s.min() < v < s.max()]
+    if levels:
+        cs = ax.contour(A, C, s, levels=levels, colors="black", linewidths=1.0)
+        ax.clabel(cs, fmt=lambda v: f"{v:g}x", fontsize=8)
+    for i, (draft, g) in enumerate(inputs.points.groupby("draft", sort=True)):
+        color = f"C{i}"
+        ax.scatter(g["a"], g["c"], s=18, color=color, edgecolors="black", linewidths=0.5, zorder=3, label=draft)
+        g = g.sort_values("k")
+        measured = ", ".join(f"{m:.2f}" if pd.notna(m) else "-" for m in g["measured"])
+        label = f"{draft} k={','.join(map(str, g['k']))}" + (f": {measured}x" if g["measured"].notna().any() else "")
+        at = (g["a"].median(), g["c"].median())
+        dy = (-12 if at[1] > 0.6 else 12) * (i + 1)                               # one row per draft, off the edge
+        ax.annotate(label, at, textcoords="offset points", xytext=(-150 if at[0] > 0.6 else 10, dy), fontsize=7,
+                    arrowprops={"arrowstyle": "-", "color": color, "lw": 0.6})
+    if len(inputs.points):
+        ax.legend(fontsize=7, loc="upper left", title="measured cells", title_fontsize=7)
+    o = inputs.overheads
+    ax.set(xlim=(0, 1.0), ylim=(0, 1.2), xlabel="per-position acceptance a",
+           ylabel="draft cost c = draft time per char / target pass")
+    ax.set_title(f"Where speculation pays (chain, i.i.d. acceptance): target {inputs.target_key}\n"
+                 f"tv(k)/t1 = 1 + {inputs.b:.3f} k, o_pass {o.o_pass / inputs.t1:.2f} t1, o_base "
+                 f"{o.o_base / inputs.t1:.2f} t1, gamma {o.gamma:.2f} (t1 = {inputs.t1:.0f} us)", fontsize=9)
     return fig

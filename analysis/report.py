@@ -32,6 +32,7 @@ from .aggregate import configured_level, pooled_speedup, trial_status
 from .cost_models import ModelResults, cell_predictions, predict_trials
 from .export import atomic_folder, markdown, write_figure, write_table
 from .load import DEFAULT_EXPERIMENT, REPO, SweepData, connect, default_tracking_uri, load_sweep
+from .predict import MAP_KS, pays_inputs
 from .tables import (Table, acceptance_table, best_k_table, cost_by_k_table, cost_table, cpu_models,
                      cpu_models_per_cell, exactness_table, fit_table, model_errors_table, outliers_table,
                      position_table, predictions_table, speedup_table, status_table)
@@ -161,6 +162,10 @@ def write_files(report: Report, text: str, out_dir: Path) -> None:
         log.warning("no pair timings in this sweep: the speedup figures are left out")
     if acceptance is not None:
         plots["acceptance_vs_k"] = lambda: figures.acceptance_vs_k(acceptance)
+    finished = report.data.finished
+    for inputs in pays_inputs(finished, report.data.pairs, configured_level(finished)):  # one map per target
+        stem = "pays_map_" + re.sub(r"[^\w.-]", "_", inputs.target_key)  # a target key is not trusted as a path
+        plots[stem] = lambda i=inputs: figures.pays_map(i, MAP_KS)
     for stem, make in plots.items():
         fig = make()
         write_figure(fig, out_dir, stem)
@@ -201,19 +206,26 @@ def run(args: argparse.Namespace) -> Path:
     return out_dir
 
 
-def main(argv: list[str] | None = None) -> int:
+def one_line_errors(command) -> int:
+    """Run command() with warnings-only logging; bad input (a SpecsweepError or MlflowException)
+    ends as one line `error: ...` on stderr and exit status 2 (python -m analysis.report and
+    analysis.predict)."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     # MLflow gives its logger an INFO handler of its own at import; its INFO lines (e.g. the
     # pool class inherited from a sweep's environment) would bury a one-line error.
     logging.getLogger("mlflow").setLevel(logging.WARNING)
-    args = parse_args(argv)
     try:
-        run(args)
+        command()
     except (SpecsweepError, MlflowException) as e:
         message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         print(f"error: {message}", file=sys.stderr)
         return 2
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    return one_line_errors(lambda: run(args))
 
 
 if __name__ == "__main__":

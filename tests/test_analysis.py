@@ -371,7 +371,7 @@ def test_report_writes_every_table_and_figure_and_logs_them(planted, tmp_path, c
     for name in names:
         for suffix in (".md", ".csv", ".tex"):
             assert (out / f"{name}{suffix}").stat().st_size > 0, name + suffix
-    for stem in ("speedup_vs_k", "acceptance_vs_k", "predicted_vs_measured"):
+    for stem in ("speedup_vs_k", "acceptance_vs_k", "predicted_vs_measured", "pays_map_tgt0"):  # one target: one map
         assert (out / f"{stem}.png").read_bytes()[:4] == b"\x89PNG"
         assert b"<svg" in (out / f"{stem}.svg").read_bytes()[:2000]
     assert (out / "report.md").read_text() == stdout.removesuffix("\n")
@@ -379,7 +379,8 @@ def test_report_writes_every_table_and_figure_and_logs_them(planted, tmp_path, c
     csv = pd.read_csv(out / "speedup.csv")
     assert row(csv, draft="int4", k=4)["median"] == pytest.approx(np.median(planted_ratios(planted, "int4", 4)))
     logged = {Path(a.path).name for a in MlflowClient(planted.uri).list_artifacts(planted.parent_run_id, "analysis")}
-    assert {"speedup.csv", "speedup_vs_k.png", "report.md"} <= logged
+    assert {"speedup.csv", "speedup_vs_k.png", "pays_map_tgt0.png", "report.md"} <= logged
+    assert sorted(p.name for p in out.glob("pays_map_*")) == ["pays_map_tgt0.png", "pays_map_tgt0.svg"]
 
 
 def test_no_log_artifacts_and_a_one_trial_sweep(planted, tmp_path, capsys):

@@ -34,44 +34,15 @@ import yaml
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+from ..engine.acceptance import mean_overlap, sample_text
 from ..engine.drafts import DistilledDraft, NgramDraft
 from ..engine.drafts.distilled import target_probs
 from ..engine.errors import SpecsweepError
 from ..engine.measure import measure_cost
-from ..engine.sampling import overlap, probs_from_logits
 from ..engine.train import all_cores
 from .paths import CONF_DIR
 
 TABLE_DRAFTS = ("ngram", "distilled")
-
-
-@torch.no_grad()
-def sample_text(model, prompt: list[int], n_seqs: int, n_chars: int, seed: int):
-    """n_seqs sequences of n_chars sampled from the target at T=1 after `prompt`, batched.
-    Returns (ids (n_seqs, P + n_chars), p (n_seqs, n_chars, V)): p[:, t] is the distribution
-    char P + t was drawn from."""
-    gen = torch.Generator().manual_seed(seed)
-    P = len(prompt)
-    seq = torch.tensor([prompt] * n_seqs)
-    ps = []
-    with model.cache_set_aside():
-        model.setup_cache(n_seqs)
-        pos = torch.arange(model.cfg.block_size)
-        if P > 1:
-            model(seq[:, :-1], pos[:P - 1])
-        for L in range(P, P + n_chars):
-            p = probs_from_logits(model(seq[:, -1:], pos[L - 1:L])[:, -1], 1.0)      # (n_seqs, V)
-            seq = torch.cat([seq, torch.multinomial(p, 1, generator=gen)], 1)
-            ps.append(p)
-    return seq, torch.stack(ps, 1)
-
-
-def acceptance(draft, seq: torch.Tensor, p: torch.Tensor) -> float:
-    """Mean sum_x min(p, q) over the sampled positions."""
-    n = p.shape[1]
-    P = seq.shape[1] - n
-    q = draft.probs(seq, 1.0)[:, P - 1:P - 1 + n]                                  # (n_seqs, n, V)
-    return overlap(p, q).mean().item()
 
 
 def cold_stream(draft, seq: torch.Tensor, n: int, mixture: bool) -> tuple[float, float]:
@@ -101,7 +72,7 @@ def draft_row(label, order, draft, target, prompt, cfg, seq, p, n, build_s) -> d
     cold_us, built = cold_stream(draft, seq, n, mixture=True) if hasattr(draft, "clear_memos") else nan
     dense_us, _ = cold_stream(draft, seq, n, mixture=False) if hasattr(draft, "clear_memos") else nan
     table_bytes = draft.table_bytes() if hasattr(draft, "table_bytes") else draft.describe().get("table_bytes", 0)
-    return {"draft": label, "order": order, "acceptance": acceptance(draft, seq, p), "c": cost["c"],
+    return {"draft": label, "order": order, "acceptance": mean_overlap(draft, seq, p), "c": cost["c"],
             "draft_us": cost["draft_char_us"], "cold_us": cold_us, "cold_c": cold_us / cost["target_pass_us"],
             "dense_us": dense_us, "built": built, "mb": table_bytes / 1e6,
             "contexts": len(getattr(draft, "codes", ())), "build_s": build_s}

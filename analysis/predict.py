@@ -1,0 +1,452 @@
+"""`python -m analysis.predict`: a draft's speedup predicted for every k before any sweep runs.
+
+    python -m analysis.predict draft=ngram                          # k = 1, 2, 4, 8, 16
+    python -m analysis.predict draft=int8 k=2,4 temperature=0.7 model=tiny data=synthetic
+    python -m analysis.predict draft=distilled verify=tree          # the drafts_tree sweep's shapes
+    python -m analysis.predict draft=ngram --fit-sweep ID           # with a sweep's fitted loop overheads
+    python -m analysis.predict --validate --sweep-id ID [--fit-sweep ID --fit-drafts bigram,int8,int4]
+
+Any `KEY=VALUE` is a Hydra override of conf/ (as for `python -m src.run`); `k=` takes a comma list.
+It measures only what is cheap (a minute or two on 2 cores, against a sweep's minutes per cell); the
+target and the draft come from the cache as a trial's do (trained and cached first if missing):
+- acceptance: `--seqs` sequences of the config's n_chars sampled from the target at the config's
+  temperature; at every `--every`-th prefix length each sequence draws one chain of drafts from
+  the draft and the target scores it in one forward (src/engine/acceptance.py), giving S_i, the
+  probability that drafts 1..i are all accepted, for i up to the largest k. Position matters
+  (draft i is kept only if 1..i-1 were; a draft's i-th guess is worse than its first): S_i is
+  measured per position, not assumed to be a^i. The mean overlap a = sum_x min(p, q) at the
+  first position is printed beside it. For a tree: the mean accepted path length over trees
+  drawn at the same prefixes, exact given each tree.
+- costs: `measure_cost` at each k (each tree shape), as a trial measures them: t1 (a 1-char
+  target pass), tv(k) (a (k+1)-char verify pass; a tree's verify pass) and td (draft time per
+  drafted char or node), in `--rounds` interleaved rounds, under the host's timing lock. measure_cost times
+  one proposal over and over, so a draft that memoizes rows (the table drafts) is timed warm; for
+  such a draft td is instead the cold cost the loop pays (`replay_draft_cost`: one pass's
+  drafting every cpp(k) chars along the sampled text, memos dropped per sequence), and the warm
+  c is printed beside it.
+Prediction per k (pure functions below, no loop is run):
+    chars per pass   cpp(k) = 1 + S_1 + ... + S_k                       (tree: 1 + E[path length])
+    speedup          cpp(k) (t1 + o_base) / (tv(k) + o_pass + n(k) td (1 + gamma))
+with n(k) = k drafted chars (tree: mean drafted nodes per pass) and o_base, o_pass (us), gamma the
+extended cost model's loop overheads (analysis/cost_models.py), fitted on a finished sweep's
+trials (`--fit-sweep`, its drafts in `--fit-drafts`; fitted on that sweep's machine, so the
+overheads in microseconds carry over only to a machine of that speed); without it all three are
+0 and the output says so. With them 0 and tv = t1 the formula is the seed's cpp / (1 + k c).
+The recommended setting is the one with the highest predicted speedup; where none is above 1x, the
+advice is not to speculate.
+
+--validate predicts every cell of a finished sweep (same target, temperature and n_chars as its
+trials, drafts built as the trials built them) and prints, per cell, predicted and measured (the
+pooled median over every pair of the cell's seeds, as the report) with APE = |pred - meas| / meas
+(and the predicted chars per pass beside the trials' median),
+then median and max APE for the seed's drafts (bigram, int8, int4) and the new drafts apart.
+
+A k the draft or the context window cannot take is left out with a line saying why. Bad input
+(unknown draft, no setting left, a bad k list, no such store or sweep, another target than the
+sweep's) ends with one line on stderr and exit status 2; the command writes no file of its own.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import yaml
+
+DEFAULT_KS = (1, 2, 4, 8, 16)
+MAP_KS = tuple(range(1, 17))    # the pays map's chain picks its best k among these
+TREE_SWEEP = "drafts_tree"      # verify=tree without verify.widths: this sweep's shapes
+
+
+# ---- the math: pure functions -----------------------------------------------------------------
+@dataclass(frozen=True)
+class Overheads:
+    """The extended cost model's loop overheads; all 0 = no overhead (the formula alone)."""
+    o_base: float = 0.0   # us per baseline pass beyond the target pass
+    o_pass: float = 0.0   # us per speculative pass beyond the verify pass
+    gamma: float = 0.0    # in-loop excess of a drafted char, a fraction of td
+    source: str = "none (no --fit-sweep: loop overheads taken as 0)"
+
+
+def chars_per_pass(survival, k: int) -> float:
+    """cpp(k) = 1 + S_1 + ... + S_k: mean chars a chain of k drafts emits per target pass, from
+    S_i = P(drafts 1..i all accepted) (the bonus or residual char is the 1)."""
+    s = np.asarray(survival, dtype=float)
+    if k > len(s):
+        raise ValueError(f"k = {k} needs S_1..S_{k}; {len(s)} given")
+    return 1.0 + float(s[:k].sum())
+
+
+def iid_chars_per_pass(a, k):
+    """(1 - a^(k+1)) / (1 - a) = 1 + a + ... + a^k: cpp(k) when every position is accepted with the
+    same probability a independently (S_i = a^i); k + 1 at a = 1. Elementwise over arrays."""
+    a = np.asarray(a, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        value = (1 - a ** (k + 1)) / (1 - a)
+    return np.where(a < 1, value, k + 1.0)
+
+
+def speedup(cpp, t1, tv, td, n, overheads: Overheads = Overheads()):
+    """cpp (t1 + o_base) / (tv + o_pass + n td (1 + gamma)): the baseline's time per char over the
+    speculative loop's (one verify pass tv, n drafted chars or nodes at td each, per cpp chars).
+    Times in any one unit (us, or multiples of t1); elementwise over arrays."""
+    o = overheads
+    return cpp * (t1 + o.o_base) / (tv + o.o_pass + n * td * (1 + o.gamma))
+
+
+def pays_grid(a, c, ks, verify_ratio, overheads: Overheads = Overheads(), t1: float = 1.0):
+    """Best predicted chain speedup over ks at each (a, c), and the k that gives it.
+
+    a, c: broadcastable arrays (per-position acceptance, draft cost td / t1); verify_ratio(k) =
+    tv(k) / t1; overheads in us with t1 in us (t1 = 1: overheads in units of t1). Per k the
+    speedup is iid_chars_per_pass(a, k) (1 + o_base/t1) / (v(k) + o_pass/t1 + k c (1 + gamma)).
+    Returns (speedup, k) arrays of the broadcast shape; ties go to the smaller k."""
+    a, c = np.broadcast_arrays(np.asarray(a, float), np.asarray(c, float))
+    rel = Overheads(overheads.o_base / t1, overheads.o_pass / t1, overheads.gamma)
+    per_k = np.stack([speedup(iid_chars_per_pass(a, k), 1.0, verify_ratio(k), c, k, rel) for k in ks])
+    best = per_k.argmax(0)
+    return np.take_along_axis(per_k, best[None], 0)[0], np.asarray(ks)[best]
+
+
+def prediction_table(survival, costs: dict, overheads: Overheads, a: float | None = None) -> pd.DataFrame:
+    """One row per setting: k (or tree shape), cpp, c, tv/t1, the seed formula cpp / (1 + n c) and
+    the predicted speedup. costs: label -> dict(k, target_pass_us, verify_pass_us, draft_char_us,
+    nodes, optionally cpp (else chars_per_pass(survival, k)) and draft_char_us_warm); survival:
+    S_1.. for chains; a: the first position's overlap, for the i.i.d. column (chains)."""
+    rows = []
+    for label, m in costs.items():
+        cpp = m["cpp"] if "cpp" in m else chars_per_pass(survival, m["k"])
+        t1, tv, td, n = m["target_pass_us"], m["verify_pass_us"], m["draft_char_us"], m["nodes"]
+        row = {"setting": label, "k": m["k"], "drafted": n, "cpp": cpp}
+        if a is not None:
+            row["cpp iid"] = float(iid_chars_per_pass(a, m["k"]))
+        if "draft_char_us_warm" in m:
+            row["c warm"] = m["draft_char_us_warm"] / t1
+        row |= {"c": td / t1, "tv/t1": tv / t1, "seed formula": cpp / (1 + n * td / t1),
+                "predicted": float(speedup(cpp, t1, tv, td, n, overheads))}
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def ape_summary(cells: pd.DataFrame, paper_drafts) -> pd.DataFrame:
+    """Median and max APE (percent) of cells (columns draft, `ape %`) for the paper drafts (a tree of one
+    counts as one: `bigram+tree2-1`) and the others."""
+    base = cells["draft"].str.split("+").str[0]
+    rows = []
+    for group, mask in (("paper drafts (" + ", ".join(paper_drafts) + ")", base.isin(paper_drafts)),
+                        ("new drafts", ~base.isin(paper_drafts))):
+        ape = cells.loc[mask, "ape %"].dropna()
+        rows.append({"drafts": group, "cells": len(ape), "median APE %": ape.median() if len(ape) else np.nan,
+                     "max APE %": ape.max() if len(ape) else np.nan})
+    return pd.DataFrame(rows)
+
+
+@dataclass
+class PaysInputs:
+    """What one target's pays map needs from a sweep (`pays_inputs`)."""
+    target_key: str
+    b: float                  # tv(k) / t1 = 1 + b k, the extended model's verify-cost line
+    t1: float                 # median one-char target pass, us
+    overheads: Overheads
+    points: pd.DataFrame      # one chain cell per row: draft, k, a (median per-position acceptance),
+                              # c (median), measured (pooled median speedup; NaN without pairs)
+
+    def verify_ratio(self, k):
+        return 1.0 + self.b * k
+
+
+def pays_inputs(finished: pd.DataFrame, pairs: pd.DataFrame, level: float) -> list[PaysInputs]:
+    """Per target (`target_key`) of a sweep's finished trials: the extended model fitted on that
+    target's trials (all drafts, trees included: b prices a verify pass by its node count) and
+    its chain cells (drafts without `+tree`) as points at (median position_acceptance, median c)."""
+    from .aggregate import pooled_speedup
+    from .cost_models import EXTENDED_INPUTS, fit_extended
+    out = []
+    if any(c not in finished.columns for c in EXTENDED_INPUTS + ["position_acceptance", "c", "target_key"]):
+        return out
+    for key, t in finished.groupby("target_key", sort=True):
+        fit = fit_extended(t)
+        chain = t[~t["draft"].str.contains("+", regex=False)]
+        pts = chain.groupby(["draft", "k"], sort=True)[["position_acceptance", "c"]].median()
+        pts = pts.rename(columns={"position_acceptance": "a"}).reset_index()
+        own = pairs[pairs["run_id"].isin(chain["run_id"])] if "run_id" in chain else pairs.iloc[0:0]
+        meas = pooled_speedup(own, level)[["draft", "k", "median"]] if len(own) else pd.DataFrame(
+            columns=["draft", "k", "median"])
+        pts = pts.merge(meas.rename(columns={"median": "measured"}), on=["draft", "k"], how="left")
+        out.append(PaysInputs(str(key), fit.b, float(t["target_pass_us"].median()),
+                              Overheads(fit.o_base, fit.o_pass, fit.gamma,
+                                        f"extended model fitted on the {fit.trials} trials of target {key}"), pts))
+    return out
+
+
+# ---- measuring: the target, the draft, the clock --------------------------------------------------
+def split_args(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(flags for argparse, Hydra overrides KEY=VALUE)."""
+    flags, overrides, i = [], [], 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg.startswith("-"):
+            flags.append(arg)
+            if "=" not in arg and i + 1 < len(argv) and not argv[i + 1].startswith("-") and arg not in NO_VALUE:
+                flags.append(argv[i + 1])
+                i += 1
+        else:
+            overrides.append(arg)
+        i += 1
+    return flags, overrides
+
+
+NO_VALUE = {"--validate", "-h", "--help"}
+
+
+def parse_ks(overrides: list[str]) -> tuple[list[int] | None, list[str]]:
+    """(the ks of a `k=` override, None if absent; the other overrides)."""
+    from src.engine.errors import SpecsweepError
+    ks, rest = None, []
+    for o in overrides:
+        key, _, value = o.partition("=")
+        if key == "k":
+            try:
+                ks = sorted({int(v) for v in value.split(",") if v.strip()})
+            except ValueError:
+                raise SpecsweepError(f"k must be a comma list of integers >= 1, got {value!r}") from None
+            if not ks or ks[0] < 1:
+                raise SpecsweepError(f"k must be a comma list of integers >= 1, got {value!r}")
+        else:
+            rest.append(o)
+    return ks, rest
+
+
+def compose(overrides: list[str]):
+    from hydra import compose as hydra_compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from src.engine.errors import SpecsweepError
+    from src.harness.paths import CONF_DIR
+    from src.run import check_group_choices
+    check_group_choices(overrides)
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            return hydra_compose("config", overrides=overrides)
+    except HydraException as e:
+        raise SpecsweepError(str(e).strip().splitlines()[0]) from None
+
+
+def tree_shapes(cfg, overrides: list[str]) -> list[tuple[int, ...]] | None:
+    """None for a chain; for verify=tree the shape of a `verify.widths=` override, else the
+    shapes the drafts_tree sweep runs."""
+    from omegaconf import OmegaConf
+    from src.harness.paths import REPO
+    if cfg.verify.get("name", "chain") != "tree":
+        return None
+    if any(o.startswith("verify.widths=") for o in overrides):
+        return [tuple(OmegaConf.to_container(cfg.verify.widths))]
+    sweep = OmegaConf.load(REPO / "sweeps" / f"{TREE_SWEEP}.yaml")
+    return [tuple(w) for w in yaml.safe_load("[" + str(sweep.hydra.sweeper.params["verify.widths"]) + "]")]
+
+
+def settings(cfg, ks: list[int], shapes) -> dict:
+    """label -> config of each setting the draft and the context can take; the others are
+    reported and dropped. A chain's label is its k, a tree's its widths."""
+    from omegaconf import open_dict
+    from src.engine.errors import SpecsweepError
+    from src.harness.trial import tree_label, validate
+    out, refused = {}, []
+    for k, widths in ([(len(w), w) for w in shapes] if shapes else [(k, None) for k in ks]):
+        c = cfg.copy()
+        with open_dict(c):
+            c.k = k
+            if widths is not None:
+                c.verify.widths = list(widths)
+        try:
+            validate(c)
+        except SpecsweepError as e:
+            refused.append(f"{'tree ' + tree_label(widths) if widths else f'k={k}'} ({e})")
+            continue
+        out[tree_label(widths) if widths else k] = c
+    if refused:
+        print("left out: " + "; ".join(refused))
+    if not out:
+        raise SpecsweepError("no setting left to predict: " + "; ".join(refused))
+    return out
+
+
+@dataclass
+class Measured:
+    target_key: str
+    a: float                  # mean overlap at the first drafted position
+    survival: np.ndarray      # S_1..S_kmax (chains; empty for trees)
+    costs: dict               # label -> component times (us), cpp and drafted chars (nodes) per pass
+    seconds: float
+
+
+def measure(cfg, ks: list[int], shapes, seqs: int, every: int, seed: int, loaded=None, rounds: int = 15) -> Measured:
+    """Acceptance and component costs of cfg's draft for each setting (module docstring)."""
+    import time
+
+    import torch
+    from src.engine.acceptance import chain_survival, mean_overlap, sample_text, tree_chars
+    from src.engine.measure import measure_cost, replay_draft_cost
+    from src.engine.tree import build_tree
+    from src.harness.job import timing_lock
+    from src.harness.trial import build_draft, load_target
+    t0 = time.perf_counter()
+    chosen = settings(cfg, ks, shapes)
+    torch.set_num_threads(cfg.threads)
+    corpus, target = loaded if loaded is not None else load_target(cfg, progress=False)
+    model = target.model.to(cfg.device)
+    draft = build_draft(cfg, target, corpus)
+    prompt = target.tokenizer.encode(cfg.prompt).tolist()
+    T = cfg.temperature
+    seq, p = sample_text(model, prompt, seqs, cfg.n_chars, seed, T)
+    a = mean_overlap(draft, seq, p, T)
+    survival, trees = np.zeros(0), {}
+    if shapes:
+        for label, c in chosen.items():
+            trees[label] = tree_chars(model, draft, seq, cfg.n_chars, tuple(c.verify.widths), T, seed, every)
+    else:
+        survival = chain_survival(model, draft, seq, cfg.n_chars, max(chosen), T, seed, every).numpy()
+    costs, gen = {}, torch.Generator().manual_seed(seed)
+    with timing_lock(cfg):
+        for label, c in chosen.items():
+            widths = tuple(c.verify.widths) if shapes else None
+            m = measure_cost(model, draft, prompt, c.k, T, cfg.timing.cost_reps, cfg.device, rounds, widths)
+            m = {"k": c.k, **m, "nodes": trees[label][1] if shapes else c.k}
+            m["cpp"] = trees[label][0] if shapes else chars_per_pass(survival, c.k)
+            if hasattr(draft, "clear_memos"):  # rows built on first use: the loop pays the cold cost
+                def one_pass(prefix, k=c.k, widths=widths):
+                    if widths is None:
+                        return len(draft.propose(prefix, k, T, gen)[0])
+                    return build_tree(draft, prefix, widths, T, gen).n_nodes
+                m["draft_char_us_warm"] = m["draft_char_us"]
+                m["draft_char_us"] = replay_draft_cost(draft, seq, cfg.n_chars, m["cpp"], one_pass)
+            costs[label] = m
+    return Measured(target.key, a, survival, costs, time.perf_counter() - t0)
+
+
+def fitted_overheads(uri: str, experiment: str, sweep_id: str, drafts: list[str] | None) -> Overheads:
+    """The extended model's o_base, o_pass, gamma fitted on the finished trials of a sweep (those
+    of `drafts` only, if given)."""
+    from src.engine.errors import SpecsweepError
+    from .cost_models import EXTENDED_INPUTS, fit_extended
+    from .load import connect, load_sweep
+    data = load_sweep(connect(uri), experiment, sweep_id)
+    t = data.finished
+    if drafts:
+        t = t[t["draft"].str.split("+").str[0].isin(drafts)]
+    missing = [c for c in EXTENDED_INPUTS if c not in t.columns]
+    if t.empty or missing:
+        raise SpecsweepError(f"sweep {sweep_id!r} has no finished trials to fit the overheads on"
+                             + (f" (they lack {', '.join(missing)})" if missing and not t.empty else ""))
+    fit = fit_extended(t)
+    return Overheads(fit.o_base, fit.o_pass, fit.gamma,
+                     f"extended model fitted on {fit.trials} trials of sweep {data.sweep.sweep_id}"
+                     + (f" ({', '.join(drafts)})" if drafts else ""))
+
+
+# ---- the two commands -------------------------------------------------------------------------
+def print_prediction(name: str, m: Measured, table: pd.DataFrame, o: Overheads, temperature) -> None:
+    print(f"draft {name}  target {m.target_key}  temperature {temperature}  (measured in {m.seconds:.1f} s)")
+    print(f"overlap at the first drafted position a = {m.a:.3f}")
+    if len(m.survival):
+        print("P(drafts 1..i kept) " + " ".join(f"{s:.2f}" for s in m.survival))
+    print(f"loop overheads: {o.source}" + (f": o_base {o.o_base:.1f} us, o_pass {o.o_pass:.1f} us, "
+                                           f"gamma {o.gamma:.3f}" if not o.source.startswith("none") else ""))
+    print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    best = table.loc[table["predicted"].idxmax()]
+    verdict = "speculate" if best["predicted"] > 1 else "do not speculate (no setting predicted above 1x)"
+    setting = f"tree {best['setting']}" if isinstance(best["setting"], str) else f"k={int(best['k'])}"
+    print(f"recommended: {verdict}: {setting} (predicted {best['predicted']:.2f}x)")
+
+
+def validate_sweep(args, overrides: list[str], o: Overheads) -> pd.DataFrame:
+    """Per cell of the sweep: predicted and measured speedup and APE; prints the summary."""
+    from src.engine.errors import SpecsweepError
+    from src.harness.trial import load_target
+    from .aggregate import configured_level, pooled_speedup
+    from .cost_models import PAPER_DRAFTS
+    from .load import connect, load_sweep
+    data = load_sweep(connect(args.uri), args.experiment, args.sweep_id)
+    fin = data.finished
+    if fin.empty:
+        raise SpecsweepError(f"sweep {data.sweep.sweep_id!r} has no finished trial")
+    measured = pooled_speedup(data.pairs, configured_level(fin)).set_index(["draft", "k"])["median"]
+    common = [f"temperature={fin['temperature'].iloc[0]}", f"n_chars={int(fin['n_chars'].iloc[0])}"]
+    loaded, rows = None, []
+    for label in sorted(fin["draft"].unique()):
+        draft, _, shape = label.partition("+tree")
+        g = fin[fin["draft"] == label]
+        extra = ["verify=tree", f"verify.widths=[{shape.replace('-', ',')}]"] if shape else []
+        cfg = compose([f"draft={draft}", *common, *overrides, *extra])
+        loaded = loaded or load_target(cfg, progress=False)
+        if loaded[1].key != g["target_key"].iloc[0]:
+            raise SpecsweepError(f"the sweep's target is {g['target_key'].iloc[0]}, the composed config's "
+                                 f"{loaded[1].key}: pass the sweep's model/data/train overrides")
+        ks = sorted(int(k) for k in g["k"].unique())
+        m = measure(cfg, ks, tree_shapes(cfg, extra) if shape else None, args.seqs, args.every, args.seed, loaded,
+                    args.rounds)
+        table = prediction_table(m.survival, m.costs, o)
+        cpp = g.groupby("k")["chars_per_pass"].median()
+        for r in table.itertuples():
+            meas = measured.get((label, r.k), np.nan)
+            rows.append({"draft": label, "k": r.k, "cpp": r.cpp, "cpp measured": cpp.get(r.k, np.nan), "c": r.c,
+                         "predicted": r.predicted, "measured": meas, "ape %": abs(r.predicted - meas) / meas * 100})
+        print(f"  {label}: measured in {m.seconds:.1f} s", flush=True)
+    cells = pd.DataFrame(rows)
+    print(f"\nsweep {data.sweep.sweep_id} ({data.sweep.name}): predicted vs measured (pooled median), "
+          f"loop overheads: {o.source}")
+    print(cells.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    print()
+    print(ape_summary(cells, PAPER_DRAFTS).to_string(index=False, float_format=lambda v: f"{v:.1f}"))
+    return cells
+
+
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    from .load import DEFAULT_EXPERIMENT
+    p = argparse.ArgumentParser(prog="python -m analysis.predict", description=__doc__.splitlines()[0],
+                                epilog="Other arguments: Hydra overrides KEY=VALUE of conf/ (k= takes a comma list).")
+    p.add_argument("--fit-sweep", help="take the loop overheads from this finished sweep's extended-model fit")
+    p.add_argument("--fit-drafts", help="fit them on these drafts' trials only (comma list; default: all)")
+    p.add_argument("--validate", action="store_true", help="predict every cell of --sweep-id and print the errors")
+    p.add_argument("--sweep-id", help="with --validate: the measured sweep (default: the latest)")
+    p.add_argument("--tracking-uri", dest="uri", help="default: $MLFLOW_TRACKING_URI, else the repository's mlruns/")
+    p.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help="MLflow experiment (default: %(default)s)")
+    p.add_argument("--seqs", type=int, default=16, help="sequences sampled from the target (default: %(default)s)")
+    p.add_argument("--every", type=int, default=8,
+                   help="a chain (tree) at every N-th prefix length (default: %(default)s)")
+    p.add_argument("--rounds", type=int, default=15, help="interleaved rounds of the component times "
+                   "(a trial's: 7; more rounds, a steadier median on a busy machine; default: %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the sampled text and drafts (default: %(default)s)")
+    flags, overrides = split_args(argv)
+    args = p.parse_args(flags)
+    from src.engine.errors import SpecsweepError
+    if min(args.seqs, args.every, args.rounds) < 1:
+        raise SpecsweepError("--seqs, --every and --rounds must be >= 1")
+    return args, overrides
+
+
+def run(argv: list[str]) -> None:
+    from .load import default_tracking_uri
+    args, overrides = parse_args(argv)
+    args.uri = args.uri or default_tracking_uri()
+    ks, overrides = parse_ks(overrides)
+    drafts = [d for d in (args.fit_drafts or "").split(",") if d] or None
+    o = fitted_overheads(args.uri, args.experiment, args.fit_sweep, drafts) if args.fit_sweep else Overheads()
+    if args.validate:
+        validate_sweep(args, overrides, o)
+        return
+    cfg = compose(overrides)
+    shapes = tree_shapes(cfg, overrides)
+    m = measure(cfg, ks or list(DEFAULT_KS), shapes, args.seqs, args.every, args.seed, rounds=args.rounds)
+    print_prediction(cfg.draft.name, m, prediction_table(m.survival, m.costs, o, None if shapes else m.a), o,
+                     cfg.temperature)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .report import one_line_errors
+    return one_line_errors(lambda: run(sys.argv[1:] if argv is None else argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,151 @@
+"""Acceptance without running the speculative loop: text sampled from the target, and the
+draft's exact acceptance on it.
+
+- `sample_text`: sequences sampled from the target after a prompt, with the distribution each
+  char was drawn from (what the loop's emitted text is distributed as: speculative sampling
+  is exact).
+- `mean_overlap`: the mean over those positions of sum_x min(p(x), q(x)), the exact probability
+  that a draft's first char is accepted there (the per-position acceptance a of the i.i.d.
+  formula).
+- `chain_survival`: S_i = P(drafts 1..i of a chain are all accepted), i = 1..k, at prefixes cut
+  from that text: the chain is drawn from the draft (`Draft.sample_chain`), the target scores it
+  in one forward, and `survival` turns (p, q, drafts) into S_i. A pass then emits
+  1 + S_1 + ... + S_k chars on average, whatever the dependence between positions.
+- `tree_chars`: the same for a tree of drafts (src/engine/tree.py): trees drawn at prefixes of that
+  text, each verified in one target pass, and `expected_accepted` (the mean accepted path length
+  of recursive rejection sampling over one drawn tree, exact given the tree).
+"""
+from __future__ import annotations
+
+import torch
+
+from .decode import prefill
+from .sampling import overlap, probs_from_logits, residual_weights
+from .tree import TreeMasks, build_tree, max_nodes, tree_verify
+
+
+@torch.no_grad()
+def sample_text(model, prompt: list[int], n_seqs: int, n_chars: int, seed: int, temperature: float = 1.0):
+    """n_seqs sequences of n_chars sampled from the target at `temperature` after `prompt`, batched.
+    Returns (ids (n_seqs, P + n_chars), p (n_seqs, n_chars, V)): p[:, t] is the distribution
+    char P + t was drawn from (one-hot at temperature 0)."""
+    gen = torch.Generator().manual_seed(seed)
+    P = len(prompt)
+    seq = torch.tensor([prompt] * n_seqs)
+    ps = []
+    with model.cache_set_aside():
+        model.setup_cache(n_seqs)
+        pos = torch.arange(model.cfg.block_size)
+        if P > 1:
+            model(seq[:, :-1], pos[:P - 1])
+        for L in range(P, P + n_chars):
+            p = probs_from_logits(model(seq[:, -1:], pos[L - 1:L])[:, -1], temperature)   # (n_seqs, V)
+            seq = torch.cat([seq, torch.multinomial(p, 1, generator=gen)], 1)
+            ps.append(p)
+    return seq, torch.stack(ps, 1)
+
+
+@torch.no_grad()
+def mean_overlap(draft, seq: torch.Tensor, p: torch.Tensor, temperature: float = 1.0) -> float:
+    """Mean sum_x min(p, q) over the sampled positions: seq (B, P + n), p (B, n, V) from `sample_text`."""
+    n = p.shape[1]
+    P = seq.shape[1] - n
+    q = draft.probs(seq, temperature)[:, P - 1:P - 1 + n]                             # (B, n, V)
+    return overlap(p, q).mean().item()
+
+
+def survival(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor) -> torch.Tensor:
+    """S_i = P(drafts 1..i all accepted), i = 1..k, averaged over B chains.
+
+    p, q: (B, k, V), the target's and the draft's distributions at drafted position i (q the
+    law d_i was drawn from); drafts: (B, k) ids. Given the drawn chain, draft j is accepted with
+    probability r_j = min(1, p_j(d_j) / q_j(d_j)), independently of the others (its own uniform),
+    and, given d_1..d_{i-1}, draft i with probability beta_i = sum_x min(p_i(x), q_i(x)) (d_i
+    averaged out). So
+        S_i = mean over chains of  r_1 ... r_{i-1} beta_i,
+    an unbiased estimate of the probability the loop keeps draft i (the last factor exact)."""
+    pick = drafts.unsqueeze(-1)                                                        # (B, k, 1)
+    r = (p.gather(-1, pick) / q.gather(-1, pick)).clamp(max=1.0).squeeze(-1)           # (B, k)
+    before = torch.cumprod(torch.cat([torch.ones_like(r[:, :1]), r[:, :-1]], 1), 1)    # (B, k): prod_{j<i} r_j
+    return (before * overlap(p, q)).mean(0)                                            # (k,)
+
+
+@torch.no_grad()
+def chain_survival(target, draft, seq: torch.Tensor, n: int, k: int, temperature: float, seed: int,
+                   every: int = 8) -> torch.Tensor:
+    """S_1..S_k (`survival`) at prefixes cut from the sampled text seq (B, P + n): every `every`-th
+    length P, P + every, ... that leaves room for k drafts in the target's context window. At each
+    cut the B prefixes draw one chain each from the draft, and the target scores prefix + chain
+    in one full forward. Returns (k,), the mean over cuts and chains."""
+    gen = torch.Generator().manual_seed(seed)
+    P = seq.shape[1] - n
+    cuts = [L for L in range(P, P + n, every) if L + k <= target.cfg.block_size]
+    if not cuts:
+        raise ValueError(f"no prefix of the sampled text leaves room for {k} drafts in the context window")
+    out = []
+    with target.cache_set_aside():
+        for L in cuts:
+            prefix = seq[:, :L]                                                        # (B, L)
+            draft.reset()
+            drafts, q = draft.sample_chain(prefix, k, temperature, gen)                # (B, k), (B, k, V)
+            logits = target(torch.cat([prefix, drafts], 1))[:, L - 1:L - 1 + k]        # (B, k, V)
+            out.append(survival(probs_from_logits(logits, temperature), q, drafts))
+    draft.reset()
+    return torch.stack(out).mean(0)
+
+
+def expected_accepted(P: list[list[float]], tree) -> float:
+    """Mean number of nodes `tree_accept` accepts on a drawn tree (its uniforms averaged out).
+
+    P: 1+N rows (row i: the target's distribution after node i). At a node with residual r, child
+    j (char x, drawn from q_j) is tried only if the earlier siblings were rejected, and accepted
+    with probability a_j = min(1, r(x) / q_j(x)); on rejection r <- normalize(max(0, r - q_j)), as
+    `tree_accept` does. So
+        E(node, r) = sum_j [prod_{i<j} (1 - a_i)] a_j (1 + E(child_j, P[child_j])),
+    and a pass emits 1 + E(root, P[0]) chars on average."""
+    def visit(node: int, r: list[float]) -> float:
+        kids = tree.children[node]
+        q, total, reach = tree.rows[node], 0.0, 1.0
+        w = list(q) if kids else None                                  # q with the rejected siblings zeroed
+        for c in kids:
+            x, z = tree.tokens[c], tree.mass[c]
+            qj = [a / z for a in w]
+            a = min(1.0, r[x] / qj[x])
+            total += reach * a * (1.0 + visit(c, P[c]))
+            reach *= 1.0 - a
+            if reach <= 0.0:
+                break
+            r = residual_weights(r, qj)
+            s = sum(r)
+            r = [v / s for v in r]
+            w[x] = 0.0
+        return total
+    return visit(0, P[0])
+
+
+@torch.no_grad()
+def tree_chars(target, draft, seq: torch.Tensor, n: int, widths, temperature: float, seed: int,
+               every: int = 8) -> tuple[float, float]:
+    """(mean chars per pass, mean drafted nodes per pass) of tree verification with `widths`,
+    over one tree drawn at each prefix cut from the sampled text seq (B, P + n) as in
+    `chain_survival` (each sequence, every `every`-th length with room for the tree's depth): the
+    prefix is cached, the tree drawn (`build_tree`), verified in one target pass (`tree_verify`)
+    and scored by `expected_accepted`."""
+    gen = torch.Generator().manual_seed(seed)
+    P, depth = seq.shape[1] - n, len(widths)
+    cuts = [L for L in range(P, P + n, every) if L + depth <= target.cfg.block_size]
+    if not cuts:
+        raise ValueError(f"no prefix of the sampled text leaves room for a depth-{depth} tree")
+    masks, chars, nodes = TreeMasks(target.causal.device), [], []
+    with target.cache_set_aside():
+        for row in seq.tolist():
+            for L in cuts:
+                prefix = row[:L]
+                positions = prefill(target, prefix, extra=max_nodes(widths))
+                draft.reset()
+                tree = build_tree(draft, prefix, widths, temperature, gen)
+                p = tree_verify(target, tree, L, positions, masks, temperature)      # (1+N, V)
+                chars.append(1.0 + expected_accepted(p.tolist(), tree))
+                nodes.append(tree.n_nodes)
+    draft.reset()
+    return sum(chars) / len(chars), sum(nodes) / len(nodes)
