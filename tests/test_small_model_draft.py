@@ -36,6 +36,18 @@ def test_draft_model_is_a_target_of_the_same_corpus_and_training(tiny):
     assert draft.name == "small_model" and draft.describe() == {"params": small.model.n_params()}
 
 
+def test_a_trial_records_which_draft_model_drafted(tiny):
+    from src.harness.trial import run_trial
+    cfg, corpus, target = tiny
+    dcfg = compose_cfg(cfg.data.path, cfg.data.cache_dir, *SMALL, "k=4", "timing.target_width=null",
+                       "timing.lock=false")
+    small = load_draft_target(dcfg, target, corpus, progress=False)
+    result = run_trial(dcfg, progress=False, loaded=(corpus, target))
+    assert result.info["draft_model_key"] == small.key and result.info["target_key"] == target.key
+    m = result.metrics
+    assert m["proposed"] == 4 * m["target_passes"] and 0 < m["accepted"] < m["proposed"]
+
+
 def test_the_target_drafting_for_itself_is_refused(tiny):
     cfg, corpus, target = tiny
     own = compose_cfg(cfg.data.path, cfg.data.cache_dir, "draft=small_model", "model@draft.model=tiny")

@@ -336,4 +336,8 @@ def run_trial(cfg: DictConfig, progress: bool = True, loaded=None, timing_lock=N
     info = {"target_key": target.key, "target_val_loss": target.val_loss, "verify": "chain" if widths is None
             else f"tree {tree_label(widths)} ({max_nodes(widths)} nodes)",
             "target_params": model.n_params(), "draft": draft.name, **{f"draft_{a}": b for a, b in draft.describe().items()}}
+    dcfg = draft_target_cfg(cfg)
+    if dcfg is not None:  # a model draft: which trained target drafted (a tag `info.draft_model_key`)
+        info["draft_model_key"] = target_location(corpus, OmegaConf.to_container(dcfg.model), train_config_of(dcfg),
+                                                  dcfg.train_seed, repo_path(dcfg.data.cache_dir))[0]
     return TrialResult(metrics, timing, target.tokenizer.decode(g.tokens), info)
