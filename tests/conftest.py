@@ -60,8 +60,11 @@ def tiny(corpus_path, cache_dir):
     return cfg, corpus, target
 
 
-# drafts that train: seconds of training on the tiny model (their defaults size the default target)
-DRAFT_TEST_OVERRIDES = {"heads": ["draft.steps=150", "draft.rows=256", "draft.pool_windows=64"]}
+# drafts that train: seconds of training on the tiny model (their defaults size the default target).
+# small_model: its draft model is the tiny model with one layer instead of two (the tiny model itself
+# would be the target drafting for itself, which is refused), trained like the tiny target (train=quick)
+DRAFT_TEST_OVERRIDES = {"heads": ["draft.steps=150", "draft.rows=256", "draft.pool_windows=64"],
+                        "small_model": ["model@draft.model=tiny", "draft.model.n_layer=1"]}
 
 
 @pytest.fixture(scope="session")

@@ -43,6 +43,28 @@ def test_sweep_files_cover_the_issue_grids():
     assert dict(paper.hydra.sweeper.params) == {"draft": "bigram,int8,int4", "k": "1,2,4,8", "seed": "range(5)"}
 
 
+@pytest.mark.parametrize("name,model,drafts", [
+    ("scaling", "medium", {"bigram", "ngram", "distilled", "small_model", "int8"}),
+    ("scaling_small", "small", {"bigram", "ngram", "distilled", "int8"}),
+])
+def test_scaling_sweeps_plan_every_cell(name, model, drafts):
+    """Both halves of the scaling study compose and pass validation cell by cell (the medium target
+    with the small-model draft; the default target without it, which would draft for itself)."""
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+
+    from src.harness.plan import plan_jobs
+    with initialize_config_dir(config_dir=str(SWEEPS), version_base="1.3"):
+        master = compose(name, overrides=[f"hydra.searchpath=[file://{CONF}]"], return_hydra_config=True)
+        assert master.hydra.runtime.choices.model == model
+        jobs = plan_jobs(master)
+        assert GlobalHydra.instance().is_initialized()
+    want = OmegaConf.load(CONF / "model" / f"{model}.yaml")
+    assert len(jobs) == len(drafts) * 4 * 5
+    assert {j.cfg.draft.name for j in jobs} == drafts
+    assert all(j.cfg.model == want for j in jobs)
+
+
 def test_smoke_multirun_logs_one_parent_and_finished_children(smoke_stores):
     uri, output = smoke_stores[2]
     client, runs = runs_of(uri)

@@ -78,18 +78,27 @@ def target_identity(cfg: DictConfig) -> str:
 
 def prepare_targets(jobs: list[PlannedJob], publish) -> list:
     """Train (or load) each distinct target once, here, with all cores; publish it with
-    `publish(target, cfg)` (to the tracking server) and note its key on every job. Returns
+    `publish(target, cfg)` (to the tracking server) and note its key on every job. A model
+    draft's own trained model (`draft.model`, src/harness/trial.py: draft_target_cfg) is a
+    target too, trained and published the same way, so no worker ever trains one. Returns
     what `publish` returned, one per distinct target."""
-    from .trial import load_target
+    from .trial import draft_target_cfg, load_target
     keys: dict[str, str] = {}
     published = []
-    for job in jobs:
-        ident = target_identity(job.cfg)
+
+    def prepare(cfg: DictConfig) -> str:
+        ident = target_identity(cfg)
         if ident not in keys:
-            _, target = load_target(job.cfg)
-            published.append(publish(target, job.cfg))
+            _, target = load_target(cfg)
+            published.append(publish(target, cfg))
             keys[ident] = target.key
-        job.target_key = keys[ident]
+        return keys[ident]
+
+    for job in jobs:
+        job.target_key = prepare(job.cfg)
+        draft_cfg = draft_target_cfg(job.cfg)
+        if draft_cfg is not None:
+            prepare(draft_cfg)
     return published
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 from hydra.utils import get_class, instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from ..engine.corpus import load_corpus
 from ..engine.decode import generate_baseline, generate_speculative
@@ -66,10 +66,45 @@ def validate(cfg: DictConfig) -> None:
     if need > cfg.model.block_size:
         raise SpecsweepError(f"prompt ({len(cfg.prompt)}) + n_chars ({cfg.n_chars}) + k ({cfg.k}) = {need} chars "
                              f"exceeds the model's context window of {cfg.model.block_size}")
+    draft_model_check(cfg, need)
     n_heads = cfg.draft.get("n_heads")  # a draft of heads drafts at most one char per head
     if isinstance(n_heads, int) and cfg.k > n_heads:
         raise SpecsweepError(f"k = {cfg.k} exceeds the {n_heads} heads of draft {cfg.draft.get('name', '?')!r} "
                              f"(set draft.n_heads >= k)")
+
+
+def draft_target_cfg(cfg: DictConfig, draft_cfg: DictConfig | None = None) -> DictConfig | None:
+    """The config of the target a model draft runs (`draft.model`, a conf/model/ file placed
+    there by the draft's defaults list): `cfg` with `model` replaced by it, so the draft is
+    trained on the same corpus and tokenizer, with the same training settings and train_seed,
+    through the same code and cache as any target. None for a draft without a model of its own."""
+    draft_cfg = cfg.draft if draft_cfg is None else draft_cfg
+    model = draft_cfg.get("model")
+    if not OmegaConf.is_dict(model):
+        return None
+    out = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "model"])
+    with open_dict(out):
+        out.model = OmegaConf.to_container(model, resolve=True)
+    return out
+
+
+def draft_model_check(cfg: DictConfig, need: int) -> None:
+    """A model draft must fit the trial's chars in its own context window and must not be the
+    target itself: the same model config, corpus, training and train_seed give the same cache
+    key, hence the same checkpoint, and a target drafting for itself accepts every char by
+    construction (p = q) while paying a full forward per drafted char: it measures only the
+    loop's overhead, so it is refused rather than swept."""
+    dcfg = draft_target_cfg(cfg)
+    if dcfg is None:
+        return
+    name = cfg.draft.get("name", "?")
+    if dcfg.model.block_size < need:
+        raise SpecsweepError(f"draft {name!r}: its model's context window ({dcfg.model.block_size}) is shorter than "
+                             f"prompt + n_chars + k = {need}")
+    if OmegaConf.to_container(cfg.model, resolve=True) == OmegaConf.to_container(dcfg.model):
+        raise SpecsweepError(f"draft {name!r} has the target's own model config: it would be the target drafting "
+                             "for itself (acceptance 1 by construction); use a larger target (model=medium) "
+                             "or another draft model (model@draft.model=NAME)")
 
 
 def tree_widths_of(cfg: DictConfig) -> tuple[int, ...] | None:
@@ -188,13 +223,42 @@ def train_ids_of(cfg: DictConfig, target: TrainedTarget, corpus) -> torch.Tensor
     return ids
 
 
-def draft_kwargs(cls: type, cfg: DictConfig, target: TrainedTarget) -> dict:
+def load_draft_target(cfg: DictConfig, target: TrainedTarget, corpus, draft_cfg: DictConfig | None = None,
+                      progress: bool = True) -> TrainedTarget:
+    """The trained target a model draft runs (see `draft_target_cfg`). In a sweep's job it is
+    the checkpoint the sweep's parent trained and published (fetched and verified, never
+    trained here, as the trial's own target); alone, it is loaded from the cache, trained on
+    first use. It must share the target's vocabulary (one-line refusal otherwise)."""
+    from .context import SweepContext
+    dcfg = draft_target_cfg(cfg, draft_cfg)
+    ctx = SweepContext.from_cfg(cfg)
+    if ctx is not None:
+        from .targets import load_published_target
+        from .tracking import client_for
+        _, small, _ = load_published_target(dcfg, ctx, client_for(ctx.tracking_uri))
+    else:
+        small = get_target_cached(corpus, dcfg, progress)
+    if small.key == target.key:
+        raise SpecsweepError(f"draft {(draft_cfg or cfg.draft).get('name', '?')!r} is the target {target.key} itself: "
+                             "use a larger target (model=medium) or another draft model (model@draft.model=NAME)")
+    if small.tokenizer.chars != target.tokenizer.chars:
+        raise SpecsweepError(f"draft model {small.key} has another vocabulary ({small.tokenizer.vocab_size} chars) than "
+                             f"the target {target.key} ({target.tokenizer.vocab_size}): train both on the same corpus")
+    return small
+
+
+def draft_kwargs(cls: type, cfg: DictConfig, target: TrainedTarget, corpus=None,
+                 draft_cfg: DictConfig | None = None) -> dict:
     """What the harness adds for a draft class whose __init__ accepts it: `cache_dir` (where a
-    draft that builds or trains something keeps it: <data.cache_dir>/drafts) and `target_key`
-    (the target's cache key, part of the draft's own key)."""
+    draft that builds or trains something keeps it: <data.cache_dir>/drafts), `target_key`
+    (the target's cache key, part of the draft's own key) and, for a draft config with a
+    `model` of its own (with `corpus` given), `model`: that trained model (`load_draft_target`)."""
     offered = {"cache_dir": str(repo_path(cfg.data.cache_dir) / "drafts"), "target_key": target.key}
     accepted = inspect.signature(cls.__init__).parameters
-    return {name: value for name, value in offered.items() if name in accepted}
+    out = {name: value for name, value in offered.items() if name in accepted}
+    if "model" in accepted and corpus is not None and draft_target_cfg(cfg, draft_cfg) is not None:
+        out["model"] = load_draft_target(cfg, target, corpus, draft_cfg).model
+    return out
 
 
 def build_draft(cfg: DictConfig, target: TrainedTarget, corpus, draft_cfg: DictConfig | None = None) -> Draft:
@@ -202,7 +266,9 @@ def build_draft(cfg: DictConfig, target: TrainedTarget, corpus, draft_cfg: DictC
     draft_cfg = cfg.draft if draft_cfg is None else draft_cfg
     train_ids = train_ids_of(cfg, target, corpus)
     try:
-        extra = draft_kwargs(get_class(draft_cfg._target_), cfg, target)
+        extra = draft_kwargs(get_class(draft_cfg._target_), cfg, target, corpus, draft_cfg)
+        if "model" in extra:  # the config's `model` describes the draft model; the class gets it trained
+            draft_cfg = OmegaConf.masked_copy(draft_cfg, [k for k in draft_cfg if k != "model"])
         return instantiate(draft_cfg, target=target.model, train_ids=train_ids, **extra)
     except SpecsweepError:
         raise
@@ -270,4 +336,8 @@ def run_trial(cfg: DictConfig, progress: bool = True, loaded=None, timing_lock=N
     info = {"target_key": target.key, "target_val_loss": target.val_loss, "verify": "chain" if widths is None
             else f"tree {tree_label(widths)} ({max_nodes(widths)} nodes)",
             "target_params": model.n_params(), "draft": draft.name, **{f"draft_{a}": b for a, b in draft.describe().items()}}
+    dcfg = draft_target_cfg(cfg)
+    if dcfg is not None:  # a model draft: which trained target drafted (a tag `info.draft_model_key`)
+        info["draft_model_key"] = target_location(corpus, OmegaConf.to_container(dcfg.model), train_config_of(dcfg),
+                                                  dcfg.train_seed, repo_path(dcfg.data.cache_dir))[0]
     return TrialResult(metrics, timing, target.tokenizer.decode(g.tokens), info)
