@@ -20,7 +20,8 @@
    tree loop's overhead per node beyond the verify passes and the tree building (bigram draft),
    also as a share of one target pass (the same floor as the chain's).
 5. Row paths (`bench=rows`, not in `all`): the table drafts' loop at T = 1 drawing from
-   mixture rows (what `propose` does) against dense rows, alternated pairs.
+   mixture rows (what `propose` does) against dense rows: time per target pass, pairs on
+   successive seeds (the two paths draw different chars from the same law).
 """
 from __future__ import annotations
 
@@ -76,14 +77,17 @@ def loop_overhead(cfg, target, corpus, draft_name: str, k: int, repeats: int, wi
     return {key: statistics.median(row[key] for row in rows) for key in rows[0]}
 
 
-def row_paths(cfg, target, corpus, draft_name: str, k: int) -> dict:
+def row_paths(cfg, target, corpus, draft_name: str, k: int, pairs: int) -> dict:
     """A table draft's speculative loop at T = 1 drawing from mixture rows (what `propose` does)
     against the same loop drawing from dense rows (`_propose_dense`, the path of other
-    temperatures), in alternated pairs (`timing.pairs`): the ratio dense / mixture of the loop's
-    time (> 1: the mixture path is faster), its interval, and chars per pass (equal in law)."""
+    temperatures). The two draw different chars from the same law, so one seed's runs differ in
+    their passes: pair i runs both arms on seed `cfg.seed + i` (order alternated) and compares
+    time per target pass (each pass verifies k + 1 positions in both). Returns the median over
+    pairs of dense / mixture time per pass (> 1: the mixture path is cheaper), the order-statistic
+    interval of that median (`median_interval` at timing.confidence) and each arm's chars per pass."""
     import copy
     from .trial import build_draft
-    from ..engine.timing import paired_timing
+    from ..engine.timing import median_interval
     mixture = build_draft(cfg, target, corpus, OmegaConf.load(CONF_DIR / "draft" / f"{draft_name}.yaml"))
     dense = copy.copy(mixture)
     dense.clear_memos()                               # its own memos (copy.copy shares the dicts)
@@ -91,14 +95,21 @@ def row_paths(cfg, target, corpus, draft_name: str, k: int) -> dict:
     model, n = target.model, cfg.n_chars
     prompt = target.tokenizer.encode(cfg.prompt).tolist()
 
-    def run(draft):
-        return generate_speculative(model, draft, prompt, n, k, 1.0, torch.Generator().manual_seed(cfg.seed),
-                                    track_overlap=False)
-    pt = paired_timing(lambda: run(dense), lambda: run(mixture), max(cfg.timing.pairs, 5), cfg.device)
-    s = pt.summary()
-    g = run(mixture)
-    return {"ratio": s["speedup_median"], "lo": s["speedup_lo"], "hi": s["speedup_hi"],
-            "chars_per_pass": g.chars_emitted / g.target_passes}
+    def per_pass(draft, seed):
+        box = {}
+        wall, _ = timed(lambda: box.setdefault("g", generate_speculative(
+            model, draft, prompt, n, k, 1.0, torch.Generator().manual_seed(seed), track_overlap=False)), cfg.device)
+        return wall / box["g"].target_passes, box["g"]
+    run = {"dense": [], "mixture": []}
+    for i in range(pairs):
+        arms = (("dense", dense), ("mixture", mixture)) if i % 2 == 0 else (("mixture", mixture), ("dense", dense))
+        for label, draft in arms:
+            run[label].append(per_pass(draft, cfg.seed + i))
+    ratios = [d[0] / m[0] for d, m in zip(run["dense"], run["mixture"])]
+    lo, hi, _ = median_interval(ratios, cfg.timing.confidence)
+    cpp = {label: sum(g.chars_emitted for _, g in r) / sum(g.target_passes for _, g in r) for label, r in run.items()}
+    return {"ratio": statistics.median(ratios), "lo": lo, "hi": hi, "cpp_mixture": cpp["mixture"],
+            "cpp_dense": cpp["dense"]}
 
 
 TREE_SHAPES = [(1, 1, 1, 1), (2, 2), (4, 2), (3, 2, 1), (8, 2), (4, 2, 2, 1), (8, 4, 2), (16, 8)]
@@ -170,17 +181,18 @@ def main(cfg: DictConfig) -> None:
         a, b = line_fit(xs, ys)
         log.info("verify pass / one 1-char pass ~= %.3f + %.4f x nodes (least squares over the shapes above)", a, b)
     if which == "rows":
-        log.info("table drafts at T = 1: the speculative loop from mixture rows against dense rows, "
-                 "alternated pairs (n_chars=%d, seed %d):", cfg.n_chars, cfg.seed)
-        log.info("| draft | k | loop time dense / mixture | interval | chars/pass |")
-        log.info("|---|---|---|---|---|")
+        pairs = max(cfg.timing.pairs, 20)
+        log.info("table drafts at T = 1: the speculative loop from mixture rows against dense rows, time per "
+                 "target pass, %d pairs on seeds %d.. (n_chars=%d):", pairs, cfg.seed, cfg.n_chars)
+        log.info("| draft | k | time per pass, dense / mixture | interval | chars/pass mixture | chars/pass dense |")
+        log.info("|---|---|---|---|---|---|")
         for name in ("ngram", "distilled"):
             for k in (4, 8, 16):
                 if len(cfg.prompt) + cfg.n_chars + k > target.model.cfg.block_size:
                     continue
-                o = row_paths(cfg, target, corpus, name, k)
-                log.info("| %s | %d | %.3f | %.3f-%.3f | %.2f |", name, k, o["ratio"], o["lo"], o["hi"],
-                         o["chars_per_pass"])
+                o = row_paths(cfg, target, corpus, name, k, pairs)
+                log.info("| %s | %d | %.3f | %.3f-%.3f | %.2f | %.2f |", name, k, o["ratio"], o["lo"], o["hi"],
+                         o["cpp_mixture"], o["cpp_dense"])
     if which in ("all", "kernels"):
         bench_kernels.log_tables(log, cfg, target, corpus)
     if which in ("all", "quantization"):

@@ -115,14 +115,17 @@ def suffix_codes(ctx: torch.Tensor, base: int) -> tuple[torch.Tensor, torch.Tens
 
 
 class TableRow:
-    """One context's table entries as Python values: lam (its backoff weight), chars (ascending),
-    vals (float32 widened exactly to float), cum (running sums of vals) and mass (= cum[-1])."""
-    __slots__ = ("lam", "chars", "vals", "cum", "mass")
+    """One context's table entries: lam (its backoff weight), chars (ascending) and vals (float32
+    widened exactly to float) as Python lists for the per-char work, the same as numpy arrays
+    (chars_np (n,) int, vals_np (n,) float64) for building a whole row, cum (running sums of vals)
+    and mass (= cum[-1])."""
+    __slots__ = ("lam", "chars", "vals", "chars_np", "vals_np", "cum", "mass")
 
-    def __init__(self, lam: float, chars: list[int], vals: list[float]):
-        self.lam, self.chars, self.vals = lam, chars, vals
-        self.cum = list(accumulate(vals))
-        self.mass = self.cum[-1] if vals else 0.0
+    def __init__(self, lam: float, chars_np: np.ndarray, vals_np: np.ndarray):
+        self.lam, self.chars_np, self.vals_np = lam, chars_np.astype(np.intp), vals_np.astype(np.float64)
+        self.chars, self.vals = chars_np.tolist(), self.vals_np.tolist()
+        self.cum = list(accumulate(self.vals))
+        self.mass = self.cum[-1] if self.vals else 0.0
 
     def val(self, x: int) -> float:
         i = bisect.bisect_left(self.chars, x)
@@ -179,7 +182,7 @@ class MixtureRow:
         if self._dense is None:
             r = np.full(self.size, self.uniform / self.size)
             for c, row in self.parts:
-                r[row.chars] += np.multiply(c, row.vals)          # chars of one row are unique
+                r[row.chars_np] += c * row.vals_np                 # chars of one row are unique
             self._dense = (r / self.total).tolist()
         return self._dense
 
@@ -397,7 +400,7 @@ class TableDraft(Draft):
         row = None
         if i < len(codes) and codes.item(i) == code:
             s, e = self._ptr_np.item(i), self._ptr_np.item(i + 1)
-            row = TableRow(self._lam_np.item(i), self._chars_np[s:e].tolist(), self._vals_np[s:e].tolist())
+            row = TableRow(self._lam_np.item(i), self._chars_np[s:e], self._vals_np[s:e])
         if len(self._table_rows) >= MEMO_LIMIT:
             self._table_rows.clear()
         self._table_rows[code] = row
