@@ -4,10 +4,10 @@
     python -m src.harness.bench +bench=kernels k=8   # one table (overhead, kernels, quantization, tree, rows);
                                                      # any override as for src.run (model=NAME: another target)
 
-1. Loop overhead: the speculative loop's time per drafted char beyond the draft's own
-   lookup and the verify passes, as a share of one target pass (floor: <= 5% for bigram).
-   The loop, the verify pass and the draft are timed interleaved in one run; each row is the
-   median of `repeats` rounds.
+1. Loop overhead: the speculative loop's time per drafted char beyond the time inside the
+   target's forwards and the draft's proposals, both clocked within the loop, as a share of
+   one target pass (floor: <= 5% for bigram); draft c here is the in-loop draft time per char
+   over one target pass. Each row is the median of `repeats` rounds.
 2. Quantized drafts: weight memory (packed ints + float32 scales vs float32) and the
    validation-loss change against the target, the int8-kernel copy (`int8_kernels`) included.
 3. Int8 kernels (`bench=kernels`, in `all`; src/harness/bench_kernels.py): the draft cost c
@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import statistics
 import sys
+import time
 
 import hydra
 import torch
@@ -46,34 +47,67 @@ from ..engine.train import evaluate
 log = logging.getLogger(__name__)
 
 
+class Clocked:
+    """A stand-in for a callable object (the target) that adds up the wall time of its calls;
+    every attribute is the wrapped object's."""
+
+    def __init__(self, wrapped):
+        self.wrapped, self.seconds = wrapped, 0.0
+
+    def __call__(self, *args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return self.wrapped(*args, **kwargs)
+        finally:
+            self.seconds += time.perf_counter() - t0
+
+    def __getattr__(self, name):
+        return getattr(self.wrapped, name)
+
+
 def loop_overhead(cfg, target, corpus, draft_name: str, k: int, repeats: int, widths=None) -> dict:
-    """The speculative loop (chain of k drafts, or the tree of `widths`) against its parts, timed
-    interleaved in each of `repeats` rounds: the loop's time beyond its verify passes and its
-    drafting (the draft's time per drafted char or tree node, from `measure_cost`), per drafted
-    char / node, as a share of one target pass, and per pass; for a tree also its verify pass as
-    a multiple of a one-char pass. Medians over the rounds."""
+    """The speculative loop (chain of k drafts, or the tree of `widths`) against its parts, in
+    each of `repeats` rounds: the loop's time beyond the time spent inside the target's
+    forwards (prefill and verify passes) and inside the draft's calls (`propose`, or
+    `next_probs` for a tree), both clocked in the same run, per drafted char / tree node, as a
+    share of one 1-char target pass (`measure_cost`, timed beside it), and per pass. For a tree
+    also its verify pass as a multiple of a one-char pass (`measure_cost`). Medians over rounds.
+    The parts are clocked in the loop itself because a pass timed alone in a tight loop runs
+    faster than the same pass between the loop's Python work (warm caches): subtracting it
+    counted that difference as overhead."""
     from .trial import build_draft
     draft = build_draft(cfg, target, corpus, OmegaConf.load(CONF_DIR / "draft" / f"{draft_name}.yaml"))
     model, T, n = target.model, cfg.temperature, cfg.n_chars
     prompt = target.tokenizer.encode(cfg.prompt).tolist()
+    calls = "next_probs" if widths is not None else "propose"
 
     def run(track_overlap=True):
         gen = torch.Generator().manual_seed(cfg.seed)
-        if widths is None:
-            return generate_speculative(model, draft, prompt, n, k, T, gen, track_overlap=track_overlap)
-        return generate_tree(model, draft, prompt, n, widths, T, gen, track_overlap=track_overlap)
+        clocked_model, clocked_draft = Clocked(model), Clocked(getattr(draft, calls))
+        setattr(draft, calls, clocked_draft)            # an instance attribute over the method
+        try:
+            if widths is None:
+                g = generate_speculative(clocked_model, draft, prompt, n, k, T, gen, track_overlap=track_overlap)
+            else:
+                g = generate_tree(clocked_model, draft, prompt, n, widths, T, gen, track_overlap=track_overlap)
+        finally:
+            delattr(draft, calls)
+        return g, clocked_model.seconds, clocked_draft.seconds
     rows = []
     for r in range(repeats):
-        g = run()
-        loop_s, _ = timed(lambda: run(track_overlap=False))
+        run()                                           # warm-up, untimed
+        box = {}
+        loop_s, _ = timed(lambda: box.setdefault("run", run(track_overlap=False)))
+        g, forward_s, draft_s = box["run"]
         cost = measure_cost(model, draft, prompt, k, T, cfg.timing.cost_reps, cfg.device, tree_widths=widths)
-        rest_us = loop_s * 1e6 - g.target_passes * cost["verify_pass_us"] - g.proposed * cost["draft_char_us"]
+        rest_us = (loop_s - forward_s - draft_s) * 1e6
         rows.append({"overhead_us_per_drafted_char": rest_us / g.proposed,
                      "share_of_target_pass": rest_us / g.proposed / cost["target_pass_us"],
-                     "draft_share_of_target_pass": cost["c"], "overhead_us_per_pass": rest_us / g.target_passes,
+                     "draft_share_of_target_pass": draft_s * 1e6 / g.proposed / cost["target_pass_us"],
+                     "overhead_us_per_pass": rest_us / g.target_passes,
                      "nodes": cost.get("verify_nodes", k), "target_pass_us": cost["target_pass_us"],
                      "verify_multiple": cost["verify_pass_us"] / cost["target_pass_us"],
-                     "draft_us_per_node": cost["draft_char_us"], "chars_per_pass": g.chars_emitted / g.target_passes})
+                     "draft_us_per_node": draft_s * 1e6 / g.proposed, "chars_per_pass": g.chars_emitted / g.target_passes})
     return {key: statistics.median(row[key] for row in rows) for key in rows[0]}
 
 
