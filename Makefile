@@ -29,7 +29,7 @@ setup-cluster: $(VENV)/.installed-cluster ## add the optional cluster extra (Ray
 run: $(VENV)/.installed ## one trial on the defaults (draft=int8 k=4); more overrides: make run ARGS="draft=bigram k=8"
 	$(PY) -m src.run $(ARGS)
 
-sweep: $(VENV)/.installed ## run a named sweep from sweeps/ (SWEEP=paper|smoke|exactness, ARGS=overrides)
+sweep: $(VENV)/.installed ## run a named sweep from sweeps/ (SWEEP=NAME of a file in sweeps/: paper, drafts, drafts_quick, scaling, smoke, ...; ARGS=overrides)
 	$(PY) -m src.run --config-dir sweeps --config-name $(SWEEP) $(ARGS)
 
 ui: $(VENV)/.installed ## the MLflow UI on http://127.0.0.1:5000 for the store in use (MLFLOW_TRACKING_URI, else mlruns/)
