@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from src.engine.decode import generate_baseline, generate_speculative
+from src.engine.decode import PassInputs, generate_baseline, generate_speculative
 from src.engine.drafts import ModelDraft
 from tests.test_exactness import DRAFT_NAMES
 
@@ -80,3 +80,13 @@ def test_trial_counters_are_deterministic(tiny):
     assert r1.text == r2.text and len(r1.text) == trial_cfg.n_chars
     # the seed's identity: every pass emits its accepted drafts plus one char
     assert r1.metrics["chars_per_pass"] == pytest.approx(1 + 2 * r1.metrics["acceptance"])
+
+
+def test_pass_inputs_are_the_ids_and_positions_of_the_pass():
+    """The buffer holds exactly the ids of the latest call, the positions are the window at start."""
+    positions = torch.arange(12)
+    inputs = PassInputs(positions, 3)
+    x, pos = inputs([5, 7, 9], 4)
+    assert x.tolist() == [[5, 7, 9]] and x.dtype == torch.long and pos.tolist() == [4, 5, 6]
+    x2, pos2 = inputs([1, 2, 3], 9)
+    assert x2.tolist() == [[1, 2, 3]] and pos2.tolist() == [9, 10, 11]

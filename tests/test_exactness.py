@@ -206,9 +206,16 @@ def test_loop_proposals_follow_the_chain_law(tiny, drafts, name):
     cfg, _, target = tiny
     draft = drafts[name]
     prompt = target.tokenizer.encode(cfg.prompt).tolist()
-    g, calls = loop_proposals(target.model, draft, prompt, 100, 2, 1.0, seed=8)
-    assert len(calls) == g.draft_calls >= 30
-    assert g.accepted_at[-1] > 0 and g.accepted < g.proposed   # full accepts and rejections both occur
+    calls, full_accepts, rejections = [], 0, 0
+    for seed in range(8, 16):  # until both occur: a draft close to the target rarely rejects
+        g, seed_calls = loop_proposals(target.model, draft, prompt, 100, 2, 1.0, seed=seed)
+        assert len(seed_calls) == g.draft_calls >= 30
+        calls += seed_calls
+        full_accepts += g.accepted_at[-1]
+        rejections += g.proposed - g.accepted
+        if full_accepts and rejections:
+            break
+    assert full_accepts > 0 and rejections > 0
     assert max_law_gap(draft, calls, 1.0) < 1e-4
     for _, d, q in calls:
         assert (q.gather(1, torch.tensor(d).unsqueeze(1)) > 0).all()

@@ -4,7 +4,8 @@ import math
 import pytest
 import torch
 
-from src.engine.sampling import draw, probs_from_logits, residual_weights, sample, speculative_accept
+from src.engine.sampling import (UniformBuffer, draw, probs_from_logits, residual_weights, sample,
+                                 speculative_accept, uniforms)
 from tests.chisquare import varying_multinomial_test
 
 U_MAX = math.nextafter(1.0, 0.0)  # the largest uniform torch.rand(float64) can return
@@ -51,3 +52,17 @@ def test_temperature():
     assert torch.allclose(probs_from_logits(logits, 2.0), torch.softmax(logits / 2, -1))
     with pytest.raises(ValueError):
         probs_from_logits(logits, -1.0)
+
+
+def test_uniform_buffer_hands_out_the_generators_stream_in_order():
+    """Blocks of the generator's own draws, in order; a take that does not fit the block's rest
+    starts a new block (the rest is dropped, never handed out twice); a take larger than a block
+    gets a block of its size."""
+    stream = torch.rand(60, generator=torch.Generator().manual_seed(3), dtype=torch.float64).tolist()
+    buf = UniformBuffer(torch.Generator().manual_seed(3), block=8)
+    assert buf.take(3) + uniforms(4, buf) == stream[:7]   # uniforms() reads a buffer too
+    assert buf.take(2) == stream[8:10]                     # stream[7] dropped with the first block
+    assert buf.take(6) == stream[10:16]
+    assert buf.take(11) == stream[16:27]                   # larger than a block
+    assert buf.take(1) == stream[27:28]
+    assert buf.take(8) == stream[35:43]                    # the rest of 7 does not fit: a new block

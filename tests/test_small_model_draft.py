@@ -45,7 +45,10 @@ def test_a_trial_records_which_draft_model_drafted(tiny):
     result = run_trial(dcfg, progress=False, loaded=(corpus, target))
     assert result.info["draft_model_key"] == small.key and result.info["target_key"] == target.key
     m = result.metrics
-    assert m["proposed"] == 4 * m["target_passes"] and 0 < m["accepted"] < m["proposed"]
+    assert m["proposed"] == 4 * m["target_passes"] and 0 < m["accepted"] <= m["proposed"]
+    # another model than the target: the exact per-position acceptance sum_x min(p, q) is < 1
+    # (the realized count may still be all accepts: ~3% of seeds at this acceptance)
+    assert 0.5 < m["analytic_acceptance"] < 0.999
 
 
 def test_the_target_drafting_for_itself_is_refused(tiny):

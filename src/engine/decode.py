@@ -13,7 +13,7 @@ import torch
 
 from .drafts.base import Draft
 from .model import Transformer
-from .sampling import overlap, probs_from_logits, sample, speculative_accept
+from .sampling import UniformBuffer, overlap, probs_from_logits, sample, speculative_accept
 
 
 @dataclass
@@ -74,6 +74,36 @@ def observe_prompt(target: Transformer, draft: Draft, seq: list[int], positions:
     return 1
 
 
+class PassInputs:
+    """A generation's pass inputs of one width (k + 1 ids): the ids are written in place into
+    one int64 buffer, item by item through a memoryview of it, and the positions are views made
+    up front, so a pass builds them without a torch or numpy call (each costs microseconds of
+    dispatch, tens right after a forward has evicted the caches). Off the CPU the ids take one
+    host-to-device copy. A pass's forward has read the buffer before the next pass rewrites it."""
+
+    def __init__(self, positions: torch.Tensor, width: int):
+        self.windows = positions.unfold(0, width, 1).unbind(0)  # [s]: positions s..s+width-1, (width,)
+        self.device = positions.device
+        self.ids = torch.zeros(1, width, dtype=torch.long) if self.device.type == "cpu" else None
+        self._slots = memoryview(self.ids.numpy().reshape(-1)) if self.ids is not None else None
+
+    def __call__(self, ids: list[int], start: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """ids (width of them) at positions start.. -> ((1, width) ids, (width,) positions)."""
+        if self.ids is None:
+            return torch.tensor([ids], device=self.device), self.windows[start]
+        slots = self._slots
+        for i, x in enumerate(ids):
+            slots[i] = x
+        return self.ids, self.windows[start]
+
+
+def _rows_tensor(q, n: int) -> torch.Tensor:
+    """The first n of a draft's q rows (a tensor, or rows that iterate over V floats) as (n, V)."""
+    if isinstance(q, torch.Tensor):
+        return q[:n].float().cpu()
+    return torch.tensor([list(row) for row in q[:n]])
+
+
 def _ids(prompt) -> list[int]:
     return prompt.tolist() if isinstance(prompt, torch.Tensor) else list(prompt)
 
@@ -86,10 +116,10 @@ def generate_baseline(target: Transformer, prompt, n_chars: int, temperature: fl
     P = len(seq)
     check_fits(target, P, n_chars)
     positions = prefill(target, seq)
-    device = positions.device
+    inputs, u = PassInputs(positions, 1), UniformBuffer(gen)
     for L in range(P, P + n_chars):
-        logits = target(torch.tensor([[seq[-1]]], device=device), positions[L - 1:L])  # (1, 1, V)
-        seq.append(sample(probs_from_logits(logits[0, -1], temperature), gen))
+        logits = target(*inputs([seq[-1]], L - 1))                                      # (1, 1, V)
+        seq.append(sample(probs_from_logits(logits[0, -1], temperature), u))
     return Generation(seq[P:], target_passes=n_chars, chars_emitted=n_chars)
 
 
@@ -111,37 +141,39 @@ def generate_speculative(target: Transformer, draft: Draft, prompt, n_chars: int
         positions, h = prefill(target, seq, return_hidden=True)
     else:
         positions = prefill(target, seq)
-    device = positions.device
     draft.reset()
+    inputs = PassInputs(positions, k + 1)
+    u = UniformBuffer(gen)  # the acceptance tests' uniforms; the draft draws from gen itself
     g = Generation([], 0, accepted_at=[0] * k)
     if hidden:
         g.target_passes += observe_prompt(target, draft, seq, positions, h, temperature, gen)
+    passes = accepted = tested = 0  # counters in locals inside the loop: it is timed
+    accepted_at = g.accepted_at
     while len(seq) - P < n_chars:
         L = len(seq)
         drafts, q = draft.propose(seq, k, temperature, gen)                 # k ids, (k, V)
-        x = torch.tensor([[seq[-1]] + drafts], device=device)              # (1, k+1)
+        x, pos = inputs([seq[-1]] + drafts, L - 1)                         # (1, k+1), (k+1,)
         if hidden:
-            logits, h = target(x, positions[L - 1:L + k], return_hidden=True)  # (1, k+1, V), (1, k+1, d)
+            logits, h = target(x, pos, return_hidden=True)                  # (1, k+1, V), (1, k+1, d)
         else:
-            logits = target(x, positions[L - 1:L + k])                        # (1, k+1, V)
-        p = probs_from_logits(logits[0], temperature)                         # (k+1, V)
-        n, nxt = speculative_accept(p, q, drafts, gen)
+            logits = target(x, pos)                                         # (1, k+1, V)
+        p = probs_from_logits(logits, temperature).tolist()[0]             # k+1 rows of V floats
+        n, nxt = speculative_accept(p, q, drafts, u)
         seq += drafts[:n]
         seq.append(nxt)
         draft.rewind(L + n)
         if hidden:  # nxt came from the distribution at verify row n (input position L-1+n)
             draft.observe(h[0, n], nxt)
-        g.target_passes += 1
-        g.draft_calls += 1
-        g.proposed += k
-        g.accepted += n
-        tested = min(n + 1, k)
-        g.tested += tested
+        passes += 1
+        accepted += n
+        tested += min(n + 1, k)
         for i in range(n):
-            g.accepted_at[i] += 1
+            accepted_at[i] += 1
         if track_overlap:
-            q_t = torch.as_tensor(q, dtype=p.dtype, device=device)
-            g.overlap_sum += float(overlap(p[:tested], q_t[:tested]).sum())
+            t = min(n + 1, k)
+            g.overlap_sum += float(overlap(torch.tensor(p[:t]), _rows_tensor(q, t)).sum())
+    g.target_passes += passes
+    g.draft_calls, g.proposed, g.accepted, g.tested = passes, passes * k, accepted, tested
     g.chars_emitted = len(seq) - P
     g.tokens = seq[P:P + n_chars]
     return g

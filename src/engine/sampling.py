@@ -26,12 +26,37 @@ def probs_from_logits(logits: torch.Tensor, temperature: float) -> torch.Tensor:
         return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).float()
     if temperature != 1.0:
         logits = logits / temperature
-    return torch.softmax(logits, dim=-1, dtype=torch.float32)
+    # the method without dtype=: the least dispatch for float32 logits, the loop's case
+    return (logits if logits.dtype == torch.float32 else logits.float()).softmax(-1)
 
 
-def uniforms(n: int, gen: torch.Generator) -> list[float]:
-    """n float64 uniforms in [0, 1 - 2^-53] from the run's generator."""
-    return torch.rand(n, generator=gen, dtype=torch.float64, device=gen.device).tolist()
+class UniformBuffer:
+    """The uniforms of a generator drawn `block` at a time and handed out in order: one torch
+    call per block instead of one per target pass (a call costs microseconds of dispatch, tens
+    right after a forward pass has evicted the caches). Other users of the same generator (a
+    draft's proposals) keep drawing from it directly, between blocks: every uniform is still a
+    distinct draw of the generator's stream, so all are independent and a seed still fixes the
+    run. A refill drops the block's unused tail, whose values decided nothing."""
+
+    def __init__(self, gen: torch.Generator, block: int = 256):
+        self.gen, self.block = gen, block
+        self._values: list[float] = []
+        self._next = 0
+
+    def take(self, n: int) -> list[float]:
+        if self._next + n > len(self._values):
+            self._values = torch.rand(max(n, self.block), generator=self.gen, dtype=torch.float64,
+                                      device=self.gen.device).tolist()
+            self._next = 0
+        self._next += n
+        return self._values[self._next - n:self._next]
+
+
+def uniforms(n: int, source: torch.Generator | UniformBuffer) -> list[float]:
+    """n float64 uniforms in [0, 1 - 2^-53] from the run's generator, or from its buffer."""
+    if isinstance(source, UniformBuffer):
+        return source.take(n)
+    return torch.rand(n, generator=source, dtype=torch.float64, device=source.device).tolist()
 
 
 def draw(weights: list[float], u: float) -> int:
@@ -45,7 +70,7 @@ def draw(weights: list[float], u: float) -> int:
     return bisect.bisect_right(cdf, u * cdf[-1])
 
 
-def sample(probs: torch.Tensor, gen: torch.Generator) -> int:
+def sample(probs: torch.Tensor, gen: torch.Generator | UniformBuffer) -> int:
     """One draw from a (V,) distribution."""
     return draw(probs.tolist(), uniforms(1, gen)[0])
 
@@ -57,10 +82,11 @@ def residual_weights(p_row: list[float], q_row: list[float]) -> list[float]:
     return r if any(r) else p_row
 
 
-def speculative_accept(p: torch.Tensor, q: torch.Tensor, drafts: list[int], gen: torch.Generator):
+def speculative_accept(p, q, drafts: list[int], gen: torch.Generator | UniformBuffer):
     """Verify k drafted chars of one sequence.
 
-    p: (k+1, V) target probabilities at the k+1 verified positions.
+    p: (k+1, V) target probabilities at the k+1 verified positions: a tensor, or its rows as
+       lists of floats (the loop converts once and reuses them).
     q: (k, V) the exact distributions the k drafts were sampled from: a tensor, or k sequences of
        V floats (a table draft hands over its rows without building a tensor; at T = 1 they are
        `MixtureRow`s: Q[n][x] computes one char's q, and only the rejected row is built whole).
@@ -70,7 +96,7 @@ def speculative_accept(p: torch.Tensor, q: torch.Tensor, drafts: list[int], gen:
     """
     k = len(drafts)
     u = uniforms(k + 1, gen)                                  # k acceptance tests + 1 draw
-    P = p.tolist()
+    P = p.tolist() if isinstance(p, torch.Tensor) else p
     Q = q.tolist() if isinstance(q, torch.Tensor) else q
     n = 0
     while n < k and u[n] * Q[n][drafts[n]] < P[n][drafts[n]]:  # u < p/q without dividing

@@ -35,7 +35,7 @@ import torch
 from .decode import Generation, _ids, check_fits, prefill
 from .drafts.base import Draft
 from .model import Transformer
-from .sampling import draw, probs_from_logits, residual_weights, uniforms
+from .sampling import UniformBuffer, draw, probs_from_logits, residual_weights, uniforms
 
 
 def check_widths(widths, name: str = "tree widths") -> tuple[int, ...]:
@@ -231,12 +231,13 @@ def generate_tree(target: Transformer, draft: Draft, prompt, n_chars: int, width
     positions = prefill(target, seq, extra=N)    # scratch slots for the largest tree
     masks = TreeMasks(positions.device)
     draft.reset()
+    u = UniformBuffer(gen)  # the acceptance tests' uniforms; build_tree draws from gen itself
     g = Generation([], 0, accepted_at=[0] * D)
     while len(seq) - P < n_chars:
         L = len(seq)
         tree = build_tree(draft, seq, shape, temperature, gen)
         p = tree_verify(target, tree, L, positions, masks, temperature)           # (1+N, V)
-        path, nxt, tested, ov = tree_accept(p.tolist(), tree, uniforms(tree.n_nodes + 1, gen), track_overlap)
+        path, nxt, tested, ov = tree_accept(p.tolist(), tree, u.take(tree.n_nodes + 1), track_overlap)
         commit_path(target, path, L, positions)
         n = len(path)
         seq += [tree.tokens[i] for i in path]
