@@ -16,6 +16,20 @@ from .timing import interleaved_medians
 from .tree import TreeMasks, build_tree, max_nodes, tree_accept, tree_inputs
 
 
+def proposal(draft: Draft, prompt: list[int], k: int, temperature: float, gen: torch.Generator):
+    """The timed call of a draft's cost: one k-char proposal after the prompt plus one char,
+    rewound to the prompt first. The draft's own prefill over the prompt runs here, untimed
+    (after `reset`, and for a hidden-state draft after `observe`)."""
+    P = len(prompt)
+    draft.propose(prompt, k, temperature, gen)
+    seq = prompt + prompt[-1:]
+
+    def propose_k():
+        draft.rewind(P)
+        draft.propose(seq, k, temperature, gen)
+    return propose_k
+
+
 @torch.no_grad()
 def measure_cost(target, draft: Draft, prompt: list[int], k: int, temperature: float, reps: int, device: str,
                  rounds: int = 7, tree_widths=None) -> dict:
@@ -43,15 +57,10 @@ def measure_cost(target, draft: Draft, prompt: list[int], k: int, temperature: f
         draft.observe(h, prompt[-1])
     else:
         positions = prefill(target, prompt)
-    draft.propose(prompt, k, temperature, gen)  # the draft's own prefill, untimed
-    seq = prompt + prompt[-1:]
-
-    def propose_k():
-        draft.rewind(P)
-        draft.propose(seq, k, temperature, gen)
     t = interleaved_medians({"target": (lambda: target(one, positions[P - 1:P]), reps),
                              "verify": (lambda: target(many, positions[P - 1:P + k]), reps),
-                             "draft": (propose_k, max(1, reps // k))}, rounds, device)
+                             "draft": (proposal(draft, prompt, k, temperature, gen), max(1, reps // k))},
+                            rounds, device)
     return {"target_pass_us": t["target"] * 1e6, "verify_pass_us": t["verify"] * 1e6,
             "draft_char_us": t["draft"] / k * 1e6, "c": t["draft"] / k / t["target"]}
 

@@ -23,6 +23,7 @@ from omegaconf import OmegaConf
 from ..engine.decode import prefill
 from ..engine.drafts import ModelDraft
 from ..engine.int8_linear import Int8Linear, quantized_engine
+from ..engine.measure import proposal
 from ..engine.timing import interleaved_medians
 from .paths import CONF_DIR
 
@@ -50,16 +51,10 @@ def draft_costs(target_model, drafts: dict, prompt: list[int], k: int, temperatu
     P = len(prompt)
     positions = prefill(target_model, prompt)
     one = torch.tensor([prompt[-1:]])                                        # (1, 1)
-    seq = prompt + prompt[-1:]
     blocks = {"target": (lambda: target_model(one, positions[P - 1:P]), reps)}
     for label, draft in drafts.items():
         draft.reset()
-        draft.propose(prompt, k, temperature, gen)  # the draft's own prefill, untimed
-
-        def propose_k(draft=draft):
-            draft.rewind(P)
-            draft.propose(seq, k, temperature, gen)
-        blocks[label] = (propose_k, max(1, reps // k))
+        blocks[label] = (proposal(draft, prompt, k, temperature, gen), max(1, reps // k))
     t = interleaved_medians(blocks, rounds)
     out = {"target_pass_us": t["target"] * 1e6}
     for label in drafts:

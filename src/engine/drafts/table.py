@@ -446,6 +446,12 @@ class TableDraft(Draft):
             code = code * self.base + c + 1
         return code, len(ctx)
 
+    def _advance(self, code: int, length: int, char: int) -> tuple[int, int]:
+        """The code of a context after `char` is appended (its oldest char dropped at full order)."""
+        if length < self.order:
+            return code * self.base + char + 1, length + 1
+        return (code % self._shift) * self.base + char + 1, length
+
     def propose(self, seq, k, temperature, gen):
         if temperature == 1:
             return self._propose_mixture(seq, k, gen)
@@ -454,7 +460,6 @@ class TableDraft(Draft):
     def _propose_dense(self, seq, k, temperature, gen):
         """`propose` from dense rows (every temperature; at T = 1 `propose` uses the mixtures)."""
         rows = self._memo(temperature)
-        B, n = self.base, self.order
         code, length = self._code(seq)
         drafts, q = [], []
         for u in uniforms(k, gen):
@@ -464,16 +469,12 @@ class TableDraft(Draft):
             q.append(hit[0])
             d = bisect.bisect_right(hit[1], u)  # CDF rows end at exactly 1 > u
             drafts.append(d)
-            if length < n:
-                code, length = code * B + d + 1, length + 1
-            else:
-                code = (code % self._shift) * B + d + 1
+            code, length = self._advance(code, length, d)
         return drafts, q                        # q: k rows of V floats
 
     def _propose_mixture(self, seq, k, gen):
         """`propose` at T = 1: draws from the mixture form, no dense row built (module docstring)."""
         mixtures = self._mixtures
-        B, n = self.base, self.order
         code, length = self._code(seq)
         drafts, q = [], []
         for u in uniforms(k, gen):
@@ -483,10 +484,7 @@ class TableDraft(Draft):
             q.append(mix)
             d = mix.sample(u)
             drafts.append(d)
-            if length < n:
-                code, length = code * B + d + 1, length + 1
-            else:
-                code = (code % self._shift) * B + d + 1
+            code, length = self._advance(code, length, d)
         return drafts, q                        # q: k MixtureRows, each a sequence of V floats
 
     def next_probs(self, context, temperature):
