@@ -166,11 +166,11 @@ def generate_speculative(target: Transformer, draft: Draft, prompt, n_chars: int
             draft.observe(h[0, n], nxt)
         passes += 1
         accepted += n
-        tested += min(n + 1, k)
+        t = min(n + 1, k)  # positions whose acceptance test ran (up to the first rejection)
+        tested += t
         for i in range(n):
             accepted_at[i] += 1
         if track_overlap:
-            t = min(n + 1, k)
             g.overlap_sum += float(overlap(torch.tensor(p[:t]), _rows_tensor(q, t)).sum())
     g.target_passes += passes
     g.draft_calls, g.proposed, g.accepted, g.tested = passes, passes * k, accepted, tested
