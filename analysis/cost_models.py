@@ -62,6 +62,14 @@ c. extended     time of one generation
    The spread of a cell's prediction over the fits (all drafts, and each leave-one-draft-out
    fold) is its model interval [pred_extended_lo, pred_extended_hi]: not a confidence interval,
    but how far the prediction moves when a whole draft is left out of the fit.
+   Each held-out cell also gets a bootstrap interval [held_lo, held_hi] (held_out_intervals):
+   its prediction refitted BOOTSTRAP times, each time on a resample of the other drafts' trials
+   drawn with replacement within each draft (every draft stays in every refit), the central
+   BOOT_LEVEL of those predictions. It is how far the fold's own measurement noise moves the
+   held-out prediction: where the remaining drafts barely tell o_pass from gamma (two drafts of
+   about the same td), the refits trade one for the other and the interval is wide, and the
+   report says so (the share of held-out cells whose measured speedup lies inside it, and the
+   median width) instead of presenting the point prediction as if it were determined.
 
 Every model predicts each trial from the trial's own inputs; a cell's prediction is the median
 over its seeds, compared with the cell's pooled median speedup by the absolute percentage
@@ -95,6 +103,9 @@ F_SCALE = 0.01      # soft-L1 scale of the relative residuals: 1% of the measure
 OUTLIER_Z = 5.0     # flag |x - cell median| > OUTLIER_Z robust standard deviations
 MAD_TO_SD = 1.4826  # MAD -> standard deviation of a normal distribution
 MAD_FLOOR = 0.02    # the robust standard deviation is at least 2% of the reference median
+BOOTSTRAP = 100     # refits per held-out fold for its bootstrap interval
+BOOT_LEVEL = 0.95   # central share of the refits' predictions the interval spans
+BOOT_SEED = 0       # the resamples are seeded: a report is reproducible
 # component time -> the column whose cell median sets the floor of its robust standard deviation
 COMPONENTS = {"target_pass_us": "target_pass_us", "verify_pass_us": "verify_pass_us",
               "draft_char_us": "draft_char_us", "overhead_us_per_pass": "verify_pass_us"}
@@ -230,6 +241,39 @@ def leave_one_draft_out(t: pd.DataFrame, robust: bool = True) -> tuple[pd.Series
     return predicted, fits
 
 
+INTERVAL_COLUMNS = CELL + ["held_lo", "held_hi"]
+
+
+def resample_within(groups: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Positions of a bootstrap resample drawn with replacement within each group: every group keeps
+    its count, so no refit loses a draft (which could leave its parameters undetermined)."""
+    members = [np.flatnonzero(groups == g) for g in sorted(set(groups))]
+    return np.concatenate([rng.choice(m, size=len(m), replace=True) for m in members])
+
+
+def held_out_intervals(t: pd.DataFrame, boots: int = BOOTSTRAP, seed: int = BOOT_SEED) -> pd.DataFrame:
+    """draft, k, held_lo, held_hi: per held-out cell, the central BOOT_LEVEL interval of its prediction
+    (median over its seeds, as the point prediction) over `boots` robust refits, each on a bootstrap
+    resample of the other drafts' trials drawn within each draft (module docstring)."""
+    drafts = sorted(t["draft"].unique())
+    if len(drafts) < 2 or boots < 1:
+        return pd.DataFrame(columns=INTERVAL_COLUMNS)
+    rng = np.random.default_rng(seed)
+    tail = (1 - BOOT_LEVEL) / 2
+    out = []
+    for draft in drafts:
+        held = (t["draft"] == draft).to_numpy()
+        rest, target = t[~held], t[held]
+        cells = []  # each refit's cell predictions (a Series over the held draft's k)
+        for _ in range(boots):
+            pred = fit_extended(rest.iloc[resample_within(rest["draft"].to_numpy(), rng)]).predict(target)
+            cells.append(pred.groupby(target["k"]).median())
+        table = pd.concat(cells, axis=1)  # rows: the held draft's k; columns: refits
+        lo, hi = table.quantile(tail, axis=1), table.quantile(1 - tail, axis=1)
+        out += [{"draft": draft, "k": k, "held_lo": lo[k], "held_hi": hi[k]} for k in table.index]
+    return pd.DataFrame(out, columns=INTERVAL_COLUMNS)
+
+
 @dataclass
 class ModelResults:
     trials: pd.DataFrame            # draft, k, seed, one predicted speedup column per model, and one
@@ -240,10 +284,13 @@ class ModelResults:
     without_flagged: Extended | None = None  # robust, without the trials flag_outliers lists
     flagged: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=OUTLIER_COLUMNS))
     paper: Extended | None = None   # robust, fitted on the PAPER_DRAFTS' trials alone
+    intervals: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=INTERVAL_COLUMNS))
+                                    # held_out_intervals: per held-out cell its bootstrap interval
 
 
 def predict_trials(finished: pd.DataFrame) -> ModelResults:
     preds, fit, held, plain, clean, paper = {}, None, {}, None, None, None
+    intervals = pd.DataFrame(columns=INTERVAL_COLUMNS)
     flagged = flag_outliers(finished)
     if has_inputs(finished, "seed", SEED_INPUTS):
         preds["seed"] = seed_formula(finished)
@@ -255,6 +302,7 @@ def predict_trials(finished: pd.DataFrame) -> ModelResults:
         plain = fit_extended(finished, robust=False)
         preds["extended"] = fit.predict(finished)
         preds["held_out"], held = leave_one_draft_out(finished)
+        intervals = held_out_intervals(finished)
         bad = finished.set_index(KEY).index.isin(flagged.set_index(KEY).index.unique())
         clean = fit_extended(finished[~bad]) if bad.any() and (~bad).any() else fit
         is_paper = finished["draft"].isin(PAPER_DRAFTS)
@@ -267,13 +315,15 @@ def predict_trials(finished: pd.DataFrame) -> ModelResults:
         table[FIT_PREFIX + "all"] = fit.predict(finished)
         for draft, f in held.items():
             table[f"{FIT_PREFIX}without {draft}"] = f.predict(finished)
-    return ModelResults(table, fit, held, plain, clean, flagged, paper)
+    return ModelResults(table, fit, held, plain, clean, flagged, paper, intervals)
 
 
-def cell_predictions(trial_preds: pd.DataFrame, speedup: pd.DataFrame) -> pd.DataFrame:
+def cell_predictions(trial_preds: pd.DataFrame, speedup: pd.DataFrame,
+                     intervals: pd.DataFrame | None = None) -> pd.DataFrame:
     """draft, k, measured (pooled median), lo, hi (its interval), min, max (the pooled range), per model
-    pred_<m> and ape_<m> (percent), and
-    pred_extended_lo / _hi: the lowest and highest cell prediction over the extended model's fits."""
+    pred_<m> and ape_<m> (percent),
+    pred_extended_lo / _hi: the lowest and highest cell prediction over the extended model's fits, and
+    held_lo / held_hi: the held-out prediction's bootstrap interval (`intervals`, held_out_intervals)."""
     fits = [c for c in trial_preds.columns if c.startswith(FIT_PREFIX)]
     preds = trial_preds.groupby(CELL)[[f"pred_{m}" for m in MODELS] + fits].median()
     if len(fits) > 1:  # per fit the cell's median over its seeds; then the spread over the fits
@@ -282,7 +332,10 @@ def cell_predictions(trial_preds: pd.DataFrame, speedup: pd.DataFrame) -> pd.Dat
         preds["pred_extended_lo"] = preds["pred_extended_hi"] = np.nan
     preds = preds.drop(columns=fits)
     cells = speedup[CELL + ["median", "lo", "hi", "min", "max"]].rename(columns={"median": "measured"})
-    cells = cells.merge(preds.reset_index(), on=CELL, how="outer").sort_values(CELL).reset_index(drop=True)
+    cells = cells.merge(preds.reset_index(), on=CELL, how="outer")
+    bounds = intervals if intervals is not None else pd.DataFrame(columns=INTERVAL_COLUMNS)
+    cells = cells.merge(bounds.astype({"k": cells["k"].dtype}), on=CELL, how="left")
+    cells = cells.sort_values(CELL).reset_index(drop=True)
     for m in MODELS:
         cells[f"ape_{m}"] = (cells[f"pred_{m}"] - cells["measured"]).abs() / cells["measured"] * 100
     return cells
@@ -290,7 +343,9 @@ def cell_predictions(trial_preds: pd.DataFrame, speedup: pd.DataFrame) -> pd.Dat
 
 def model_errors(cells: pd.DataFrame) -> pd.DataFrame:
     """Per model: cells compared, median and max APE. The paper drafts' fit is judged on the other
-    drafts' cells only (the cells it never saw); its in-sample cells would flatter it."""
+    drafts' cells only (the cells it never saw); its in-sample cells would flatter it. The held-out
+    row also says how many of its cells' measured speedups lie inside their bootstrap interval
+    (held_lo, held_hi) and the interval's median width in percent of the point prediction."""
     rows = []
     for m, label in MODELS.items():
         ape = cells[f"ape_{m}"]
@@ -299,8 +354,16 @@ def model_errors(cells: pd.DataFrame) -> pd.DataFrame:
         ape = ape.dropna()
         if m == "paper" and ape.empty:
             continue  # a sweep of the paper drafts alone: nothing held out to judge it on
-        rows.append({"model": label, "cells": len(ape), "median APE %": ape.median() if len(ape) else np.nan,
-                     "max APE %": ape.max() if len(ape) else np.nan})
+        row = {"model": label, "cells": len(ape), "median APE %": ape.median() if len(ape) else np.nan,
+               "max APE %": ape.max() if len(ape) else np.nan, "inside interval": "", "interval width %": np.nan}
+        if m == "held_out" and {"held_lo", "held_hi"} <= set(cells.columns):
+            scored = cells.dropna(subset=["measured", "pred_held_out", "held_lo", "held_hi"])
+            if len(scored):
+                inside = scored["measured"].between(scored["held_lo"], scored["held_hi"])
+                row["inside interval"] = f"{int(inside.sum())}/{len(scored)}"
+                row["interval width %"] = ((scored["held_hi"] - scored["held_lo"]) / scored["pred_held_out"]
+                                           * 100).median()
+        rows.append(row)
     return pd.DataFrame(rows)
 
 

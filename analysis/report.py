@@ -66,7 +66,7 @@ def build_report(data: SweepData) -> Report:
     status = trial_status(data.trials)
     speedup = pooled_speedup(data.pairs, configured_level(finished))
     models = predict_trials(finished)
-    cells = cell_predictions(models.trials, speedup)
+    cells = cell_predictions(models.trials, speedup, models.intervals)
     cells = cells.merge(cpu_models_per_cell(finished).rename("cpu_models").reset_index(), on=["draft", "k"], how="left")
     tables = [status_table(status),
               optional(acceptance_table, finished),

@@ -12,7 +12,8 @@ import numpy as np
 import pandas as pd
 
 from .aggregate import cell_medians
-from .cost_models import F_SCALE, MAD_FLOOR, OUTLIER_Z, ModelResults, best_k, model_errors
+from .cost_models import (BOOT_LEVEL, BOOTSTRAP, F_SCALE, MAD_FLOOR, OUTLIER_Z, ModelResults, best_k,
+                          model_errors)
 
 SPREAD_WARN, SPREAD_BAD, CPU_WALL_LOW = 0.10, 0.25, 0.8  # thresholds of src/harness/render.py's warnings
 
@@ -154,16 +155,23 @@ def predictions_table(cells: pd.DataFrame) -> Table:
         df[label] = cells[f"pred_{m}"]
         df[f"{label} APE %"] = cells[f"ape_{m}"]
         formats |= {label: ".2f", f"{label} APE %": ".1f"}
+        if m == "held_out" and "held_lo" in cells:
+            df["held out lo"], df["held out hi"] = cells["held_lo"], cells["held_hi"]
+            formats |= {"held out lo": ".2f", "held out hi": ".2f"}
     return Table("predicted_vs_measured", "Predicted vs measured", df, formats,
                  "Predicted speedup per cell (median over seeds of each trial's prediction) against the "
                  "measured pooled median; APE = |predicted - measured| / measured. Held out: the extended "
-                 "model fitted without the cell's draft. Paper fit (when the sweep has other drafts): the "
+                 "model fitted without the cell's draft, with lo-hi its bootstrap interval (Cost model errors). Paper fit (when the sweep has other drafts): the "
                  "extended model fitted on the seed's drafts (bigram, int8, int4) only.")
 
 
 def model_errors_table(cells: pd.DataFrame) -> Table:
     return Table("model_errors", "Cost model errors", model_errors(cells),
-                 {"median APE %": ".1f", "max APE %": ".1f"}, "APE over the cells with a measured speedup.")
+                 {"median APE %": ".1f", "max APE %": ".1f", "interval width %": ".0f"},
+                 "APE over the cells with a measured speedup. Held out: inside interval = cells whose measured "
+                 f"median lies in the held-out prediction's {BOOT_LEVEL:.0%} bootstrap interval ({BOOTSTRAP} refits "
+                 "of the fold, its trials resampled within each draft); interval width = its median width, in "
+                 "percent of the prediction. A wide interval says the other drafts do not determine the fit.")
 
 
 def fit_table(results: ModelResults) -> Table | None:

@@ -214,7 +214,7 @@ def test_exports_render_numbers_in_their_formats(report):
     assert "| int4 | 8 | 3 | 0 | 2 | 3 |" in markdown(status)
     preds = next(t for t in report.tables if t.name == "predicted_vs_measured")
     tex = latex(preds)
-    assert tex.startswith("\\begin{tabular}{lrrrrrrrrrr}") and "seed formula APE \\%" in tex
+    assert tex.startswith("\\begin{tabular}{lrrrrrrrrrrrr}") and "seed formula APE \\%" in tex
 
 
 # --- cost models ---------------------------------------------------------------------------

@@ -223,6 +223,9 @@ def print_errors(q: Condition, l: Condition) -> None:
         verdict = "no held-out fit" if np.isnan(worst) else "met" if worst <= TARGETS[c.name] else "MISSED"
         print(f"- {c.name}: held-out max error {fmt(worst, '.1f')}% against the target of at most "
               f"{TARGETS[c.name]:g}%: {verdict}")
+        if held in e.index and e.at[held, "inside interval"]:
+            print(f"  its cells inside their bootstrap interval: {e.at[held, 'inside interval']}, "
+                  f"median width {fmt(e.at[held, 'interval width %'], '.0f')}% of the prediction")
 
 
 def fits(c: Condition) -> list[tuple[str, object]]:
