@@ -9,14 +9,16 @@
 Any `KEY=VALUE` is a Hydra override of conf/ (as for `python -m src.run`); `k=` takes a comma list.
 It measures only what is cheap (a minute or two on 2 cores, against a sweep's minutes per cell); the
 target and the draft come from the cache as a trial's do (trained and cached first if missing):
-- acceptance: `--seqs` sequences of the config's n_chars sampled from the target at the config's
-  temperature; at every `--every`-th prefix length each sequence draws one chain of drafts from
-  the draft and the target scores it in one forward (src/engine/acceptance.py), giving S_i, the
-  probability that drafts 1..i are all accepted, for i up to the largest k. Position matters
-  (draft i is kept only if 1..i-1 were; a draft's i-th guess is worse than its first): S_i is
-  measured per position, not assumed to be a^i. The mean overlap a = sum_x min(p, q) at the
-  first position is printed beside it. For a tree: the mean accepted path length over trees
-  drawn at the same prefixes, exact given each tree.
+- acceptance: for a chain, at each k, `--seqs` speculative generations of the config's n_chars
+  (seeds seed, seed+1, ...; the loop's counters only, nothing timed), each pass adding the
+  probability that drafts 1..i of its drawn chain are all accepted, r_1 ... r_{i-1} beta_i
+  (src/engine/acceptance.py: loop_survival): S_i, averaged over the loop's own passes, so at the
+  prefixes where the loop starts them (after a residual or a bonus char; uniform prefixes of target
+  text overstated the chars per pass by 2-7% on the medium target). Position matters (draft i is
+  kept only if 1..i-1 were; a draft's i-th guess is worse than its first): S_i is measured per
+  position, not assumed to be a^i. The mean overlap a = sum_x min(p, q) at uniform positions of
+  `--seqs` sequences sampled from the target is printed beside it. For a tree: the mean accepted
+  path length over trees drawn at every `--every`-th prefix of those sequences, exact given each tree.
 - costs: `measure_cost` at each k (each tree shape), as a trial measures them: t1 (a 1-char
   target pass), tv(k) (a (k+1)-char verify pass; a tree's verify pass) and td (draft time per
   drafted char or node), in `--rounds` interleaved rounds, under the host's timing lock. measure_cost times
@@ -276,7 +278,7 @@ def settings(cfg, ks: list[int], shapes) -> dict:
 class Measured:
     target_key: str
     a: float                  # mean overlap at the first drafted position
-    survival: np.ndarray      # S_1..S_kmax (chains; empty for trees)
+    survival: np.ndarray      # S_1..S_kmax at the largest k's pass starts (chains; empty for trees)
     costs: dict               # label -> component times (us), cpp and drafted chars (nodes) per pass
     seconds: float
 
@@ -286,7 +288,7 @@ def measure(cfg, ks: list[int], shapes, seqs: int, every: int, seed: int, loaded
     import time
 
     import torch
-    from src.engine.acceptance import chain_survival, mean_overlap, sample_text, tree_chars
+    from src.engine.acceptance import loop_survival, mean_overlap, sample_text, tree_chars
     from src.engine.measure import measure_cost, replay_draft_cost
     from src.engine.tree import build_tree
     from src.harness.job import timing_lock
@@ -301,19 +303,22 @@ def measure(cfg, ks: list[int], shapes, seqs: int, every: int, seed: int, loaded
     T = cfg.temperature
     seq, p = sample_text(model, prompt, seqs, cfg.n_chars, seed, T)
     a = mean_overlap(draft, seq, p, T)
-    survival, trees = np.zeros(0), {}
+    survival, trees, chains = np.zeros(0), {}, {}
     if shapes:
         for label, c in chosen.items():
             trees[label] = tree_chars(model, draft, seq, cfg.n_chars, tuple(c.verify.widths), T, seed, every)
-    else:
-        survival = chain_survival(model, draft, seq, cfg.n_chars, max(chosen), T, seed, every).numpy()
+    else:  # each k at the loop's own pass starts: seqs generations of n_chars
+        for label, c in chosen.items():
+            s, _, _ = loop_survival(model, draft, prompt, cfg.n_chars, c.k, T, range(seed, seed + seqs))
+            chains[label] = s.numpy()
+        survival = chains[max(chosen, key=lambda label: chosen[label].k)]
     costs, gen = {}, torch.Generator().manual_seed(seed)
     with timing_lock(cfg):
         for label, c in chosen.items():
             widths = tuple(c.verify.widths) if shapes else None
             m = measure_cost(model, draft, prompt, c.k, T, cfg.timing.cost_reps, cfg.device, rounds, widths)
             m = {"k": c.k, **m, "nodes": trees[label][1] if shapes else c.k}
-            m["cpp"] = trees[label][0] if shapes else chars_per_pass(survival, c.k)
+            m["cpp"] = trees[label][0] if shapes else chars_per_pass(chains[label], c.k)
             if hasattr(draft, "clear_memos"):  # rows built on first use: the loop pays the cold cost
                 def one_pass(prefix, k=c.k, widths=widths):
                     if widths is None:

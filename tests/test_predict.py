@@ -2,6 +2,7 @@
 map's 1x contour, and the CLI's refusals. No wall-clock time is asserted."""
 from __future__ import annotations
 
+import copy
 import math
 import subprocess
 import sys
@@ -14,7 +15,8 @@ import torch
 from analysis import figures
 from analysis.predict import (MAP_KS, Overheads, PaysInputs, ape_summary, chars_per_pass, iid_chars_per_pass, measure,
                               pays_grid, prediction_table, speedup)
-from src.engine.acceptance import chain_survival, expected_accepted, sample_text, survival
+from src.engine.acceptance import chain_survival, expected_accepted, loop_survival, sample_text, survival
+from src.engine.drafts.model_draft import ModelDraft
 from src.engine.sampling import uniforms
 from src.engine.tree import Tree, tree_accept
 from src.harness.trial import build_draft
@@ -108,6 +110,46 @@ def test_chain_survival_of_the_target_itself_is_one(tiny):
     assert 0 < s[0] <= 1 and all(np.diff(s) <= 1e-7)
 
 
+def test_loop_survival_of_the_target_itself_is_one_at_every_pass(tiny):
+    """The target drafting for itself (its own copy, q = p up to the cached forward's rounding): every
+    pass adds S_i = 1, so S = (1, ..., 1) and every pass emits k + 1 chars."""
+    cfg, _, target = tiny
+    model = target.model
+    itself = ModelDraft(model, None, model=copy.deepcopy(model))
+    prompt = target.tokenizer.encode(cfg.prompt).tolist()
+    s, passes, chars = loop_survival(model, itself, prompt, 40, 3, 1.0, seeds=range(2))
+    np.testing.assert_allclose(s.numpy(), 1.0, atol=1e-4)
+    assert chars == 4 * passes
+
+
+# Over independent seeds, D = chars - passes - sum of the passes' S_1 + ... + S_k has mean 0 per seed
+# (n - (S_1 + ... + S_k) has conditional mean 0 at every pass start). The test: |t| of the seeds' D
+# below 4 (a false alarm about 3e-4 for a t with 39 degrees of freedom, D being a sum of many
+# bounded martingale differences, nearly normal).
+T_BOUND = 4.0
+
+
+def loop_t(estimates, counts) -> float:
+    d = np.array(counts) - np.array(estimates)
+    return float(d.mean() / (d.std(ddof=1) / math.sqrt(len(d))))
+
+
+def test_loop_survival_is_unbiased_for_the_loops_own_chars_per_pass_and_a_10pct_bias_is_caught(tiny):
+    cfg, corpus, target = tiny
+    model = target.model
+    bigram = build_draft(compose_cfg(cfg.data.path, cfg.data.cache_dir, "draft=bigram"), target, corpus)
+    prompt = target.tokenizer.encode(cfg.prompt).tolist()
+    k, runs = 4, []
+    for seed in range(40):
+        s, passes, chars = loop_survival(model, bigram, prompt, 60, k, 1.0, seeds=[seed])
+        runs.append((passes, float(s.sum()) * passes, chars - passes))  # passes, sum of S over passes, accepted
+    passes, expected, accepted = map(np.array, zip(*runs))
+    assert abs(loop_t(expected, accepted)) < T_BOUND
+    # negative control: the same estimates 10% high (the uniform prefixes' bias was 2-7% in chars per
+    # pass on the medium target, so 10% of the accepted chars here) must fail the same check
+    assert abs(loop_t(1.1 * expected, accepted)) >= T_BOUND
+
+
 def planted_tree():
     """Root row q = (0.5, 0.5, 0); two children: char 0 (mass 1, q_1 = q) then char 1 (mass 0.5,
     q_2 = (0, 1, 0)); child 1 has one child of its own, char 2, from row (0, 0.25, 0.75)."""
@@ -158,7 +200,10 @@ def test_measure_on_the_tiny_model(tiny):
     assert m.target_key == target.key and len(m.survival) == 2 and set(m.costs) == {1, 2}
     table = prediction_table(m.survival, m.costs, Overheads(), m.a)
     assert table["k"].tolist() == [1, 2] and table["predicted"].gt(0).all()
-    assert (table["cpp"] == 1 + np.cumsum(m.survival)).all()
+    # each k's chars per pass from its own loop; m.survival is the largest k's
+    assert table["cpp"].tolist() == [m.costs[1]["cpp"], m.costs[2]["cpp"]]
+    assert m.costs[2]["cpp"] == pytest.approx(1 + m.survival.sum(), rel=1e-12)
+    assert all(1 <= m.costs[k]["cpp"] <= k + 1 for k in (1, 2))
 
 
 def test_measure_a_tree_of_a_table_draft_on_the_tiny_model(tiny):

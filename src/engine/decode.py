@@ -13,7 +13,7 @@ import torch
 
 from .drafts.base import Draft
 from .model import Transformer
-from .sampling import UniformBuffer, overlap, probs_from_logits, sample, speculative_accept
+from .sampling import UniformBuffer, overlap, probs_from_logits, sample, speculative_accept, survival
 
 
 @dataclass
@@ -27,6 +27,8 @@ class Generation:
     draft_calls: int = 0
     accepted_at: list[int] = field(default_factory=list)  # [i]: passes whose draft i+1 was accepted
     overlap_sum: float = 0.0   # sum over tested positions of sum_x min(p, q)
+    survival_sum: list[float] = field(default_factory=list)  # [i]: sum over passes of S_{i+1} of the
+                               # pass's drawn chain (sampling.survival; chains, with track_overlap)
 
 
 def check_fits(model: Transformer, prompt_len: int, n_chars: int, k: int = 0) -> None:
@@ -128,8 +130,9 @@ def generate_speculative(target: Transformer, draft: Draft, prompt, n_chars: int
                          temperature: float, gen: torch.Generator, track_overlap: bool = True) -> Generation:
     """Speculative sampling until n_chars are emitted; the output is truncated to n_chars.
 
-    track_overlap: also sum the analytic acceptance sum_x min(p, q) over tested positions (a
-    counter; timed runs switch it off so they do only what a decoder does).
+    track_overlap: also sum the analytic acceptance sum_x min(p, q) over tested positions, and
+    per position i the chain's survival S_i (counters; timed runs switch them off so they do only
+    what a decoder does).
     """
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
@@ -144,7 +147,7 @@ def generate_speculative(target: Transformer, draft: Draft, prompt, n_chars: int
     draft.reset()
     inputs = PassInputs(positions, k + 1)
     u = UniformBuffer(gen)  # the acceptance tests' uniforms; the draft draws from gen itself
-    g = Generation([], 0, accepted_at=[0] * k)
+    g = Generation([], 0, accepted_at=[0] * k, survival_sum=[0.0] * k)
     if hidden:
         g.target_passes += observe_prompt(target, draft, seq, positions, h, temperature, gen)
     passes = accepted = tested = 0  # counters in locals inside the loop: it is timed
@@ -171,7 +174,10 @@ def generate_speculative(target: Transformer, draft: Draft, prompt, n_chars: int
         for i in range(n):
             accepted_at[i] += 1
         if track_overlap:
-            g.overlap_sum += float(overlap(torch.tensor(p[:t]), _rows_tensor(q, t)).sum())
+            p_rows, q_rows = torch.tensor(p[:k]), _rows_tensor(q, k)                   # (k, V) each
+            g.overlap_sum += float(overlap(p_rows[:t], q_rows[:t]).sum())
+            s = survival(p_rows[None], q_rows[None], torch.tensor([drafts]))           # (k,)
+            g.survival_sum = [a + b for a, b in zip(g.survival_sum, s.tolist())]
     g.target_passes += passes
     g.draft_calls, g.proposed, g.accepted, g.tested = passes, passes * k, accepted, tested
     g.chars_emitted = len(seq) - P
