@@ -345,7 +345,9 @@ def model_errors(cells: pd.DataFrame) -> pd.DataFrame:
     """Per model: cells compared, median and max APE. The paper drafts' fit is judged on the other
     drafts' cells only (the cells it never saw); its in-sample cells would flatter it. The held-out
     row also says how many of its cells' measured speedups lie inside their bootstrap interval
-    (held_lo, held_hi) and the interval's median width in percent of the point prediction."""
+    (held_lo, held_hi), in how many that interval overlaps the measured median's own interval
+    (lo, hi: the measurement is noisy too), and the interval's median width in percent of the
+    point prediction."""
     rows = []
     for m, label in MODELS.items():
         ape = cells[f"ape_{m}"]
@@ -355,12 +357,16 @@ def model_errors(cells: pd.DataFrame) -> pd.DataFrame:
         if m == "paper" and ape.empty:
             continue  # a sweep of the paper drafts alone: nothing held out to judge it on
         row = {"model": label, "cells": len(ape), "median APE %": ape.median() if len(ape) else np.nan,
-               "max APE %": ape.max() if len(ape) else np.nan, "inside interval": "", "interval width %": np.nan}
+               "max APE %": ape.max() if len(ape) else np.nan, "inside interval": "",
+               "intervals overlap": "", "interval width %": np.nan}
         if m == "held_out" and {"held_lo", "held_hi"} <= set(cells.columns):
             scored = cells.dropna(subset=["measured", "pred_held_out", "held_lo", "held_hi"])
             if len(scored):
                 inside = scored["measured"].between(scored["held_lo"], scored["held_hi"])
                 row["inside interval"] = f"{int(inside.sum())}/{len(scored)}"
+                if {"lo", "hi"} <= set(scored.columns):
+                    meets = (scored["held_lo"] <= scored["hi"]) & (scored["held_hi"] >= scored["lo"])
+                    row["intervals overlap"] = f"{int(meets.sum())}/{len(scored)}"
                 row["interval width %"] = ((scored["held_hi"] - scored["held_lo"]) / scored["pred_held_out"]
                                            * 100).median()
         rows.append(row)

@@ -170,7 +170,8 @@ def model_errors_table(cells: pd.DataFrame) -> Table:
                  {"median APE %": ".1f", "max APE %": ".1f", "interval width %": ".0f"},
                  "APE over the cells with a measured speedup. Held out: inside interval = cells whose measured "
                  f"median lies in the held-out prediction's {BOOT_LEVEL:.0%} bootstrap interval ({BOOTSTRAP} refits "
-                 "of the fold, its trials resampled within each draft); interval width = its median width, in "
+                 "of the fold, its trials resampled within each draft); intervals overlap = cells where it "
+                 "overlaps the measured median's own interval; interval width = its median width, in "
                  "percent of the prediction. A wide interval says the other drafts do not determine the fit.")
 
 

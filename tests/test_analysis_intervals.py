@@ -77,12 +77,14 @@ def test_the_interval_covers_the_true_prediction_and_the_point_prediction_does_n
     assert point_inside / total < MIN_COVERAGE  # negative control: the same check fails a point estimate
 
 
-def test_the_held_out_row_counts_the_cells_inside_their_interval():
+def test_the_held_out_row_counts_the_cells_inside_their_interval_and_the_overlaps():
     cells = pd.DataFrame({"draft": ["bigram", "bigram", "int8"], "k": [1, 2, 1], "measured": [1.0, 1.2, 0.8],
+                          "lo": [0.95, 1.12, 0.75], "hi": [1.05, 1.3, 0.85],
                           "pred_held_out": [1.1, 1.0, 0.8], "held_lo": [0.9, 1.05, 0.7],
                           "held_hi": [1.3, 1.1, 0.9],
                           **{f"ape_{m}": [1.0, 1.0, 1.0] for m in ("seed", "closed", "extended", "held_out")},
                           "ape_paper": [np.nan] * 3})
     row = model_errors(cells).set_index("model").loc["extended (draft held out)"]
     assert row["inside interval"] == "2/3"
+    assert row["intervals overlap"] == "2/3"  # bigram k=2: [1.05, 1.1] against the measured [1.12, 1.3]
     assert row["interval width %"] == pytest.approx(np.median([0.4 / 1.1 * 100, 0.05 / 1.0 * 100, 0.2 / 0.8 * 100]))

@@ -212,4 +212,5 @@ def test_the_side_by_side_report_prints_from_two_analyses(capsys):
     assert "- quiet: 1 trial: int8 k=8 seed=2 (draft_char_us 1965.6 vs 1105.4, z 25.0, " in out  # the planted one
     held = next(t.df for t in quiet.report.tables if t.name == "model_errors").set_index("model").loc[
         "extended (draft held out)"]
-    assert f"  its cells inside their bootstrap interval: {held['inside interval']}, median width" in out
+    assert (f"  its cells inside their bootstrap interval: {held['inside interval']} (the interval overlapping "
+            f"the measured one: {held['intervals overlap']}), median width") in out

@@ -224,7 +224,8 @@ def print_errors(q: Condition, l: Condition) -> None:
         print(f"- {c.name}: held-out max error {fmt(worst, '.1f')}% against the target of at most "
               f"{TARGETS[c.name]:g}%: {verdict}")
         if held in e.index and e.at[held, "inside interval"]:
-            print(f"  its cells inside their bootstrap interval: {e.at[held, 'inside interval']}, "
+            print(f"  its cells inside their bootstrap interval: {e.at[held, 'inside interval']} (the interval "
+                  f"overlapping the measured one: {e.at[held, 'intervals overlap']}), "
                   f"median width {fmt(e.at[held, 'interval width %'], '.0f')}% of the prediction")
 
 
