@@ -288,7 +288,10 @@ class ModelResults:
                                     # held_out_intervals: per held-out cell its bootstrap interval
 
 
-def predict_trials(finished: pd.DataFrame) -> ModelResults:
+def predict_trials(finished: pd.DataFrame, boots: int = BOOTSTRAP) -> ModelResults:
+    """Every model's per-trial predictions, the extended fits, and (boots > 0) the held-out bootstrap
+    intervals from `boots` refits per fold; boots = 0 skips them (the fits alone, in a fraction of
+    the time)."""
     preds, fit, held, plain, clean, paper = {}, None, {}, None, None, None
     intervals = pd.DataFrame(columns=INTERVAL_COLUMNS)
     flagged = flag_outliers(finished)
@@ -302,7 +305,7 @@ def predict_trials(finished: pd.DataFrame) -> ModelResults:
         plain = fit_extended(finished, robust=False)
         preds["extended"] = fit.predict(finished)
         preds["held_out"], held = leave_one_draft_out(finished)
-        intervals = held_out_intervals(finished)
+        intervals = held_out_intervals(finished, boots)
         bad = finished.set_index(KEY).index.isin(flagged.set_index(KEY).index.unique())
         clean = fit_extended(finished[~bad]) if bad.any() and (~bad).any() else fit
         is_paper = finished["draft"].isin(PAPER_DRAFTS)

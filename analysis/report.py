@@ -29,7 +29,7 @@ from src.engine.errors import SpecsweepError
 
 from . import figures
 from .aggregate import configured_level, pooled_speedup, trial_status
-from .cost_models import ModelResults, cell_predictions, predict_trials
+from .cost_models import BOOTSTRAP, ModelResults, cell_predictions, predict_trials
 from .export import atomic_folder, markdown, write_figure, write_table
 from .load import DEFAULT_EXPERIMENT, REPO, SweepData, connect, default_tracking_uri, load_sweep
 from .predict import MAP_KS, pays_inputs
@@ -58,14 +58,16 @@ def optional(build, *args) -> Table | None:
         return None
 
 
-def build_report(data: SweepData) -> Report:
+def build_report(data: SweepData, boots: int = BOOTSTRAP) -> Report:
+    """The report's tables of one sweep; `boots` refits per held-out fold for its bootstrap interval
+    (0: none, the interval columns stay blank)."""
     finished = data.finished
     if finished.empty:
         counts = data.trials["status"].value_counts().to_dict()
         raise SpecsweepError(f"sweep {data.sweep.sweep_id!r} has no finished trial (runs by status: {counts})")
     status = trial_status(data.trials)
     speedup = pooled_speedup(data.pairs, configured_level(finished))
-    models = predict_trials(finished)
+    models = predict_trials(finished, boots)
     cells = cell_predictions(models.trials, speedup, models.intervals)
     cells = cells.merge(cpu_models_per_cell(finished).rename("cpu_models").reset_index(), on=["draft", "k"], how="left")
     tables = [status_table(status),
@@ -184,14 +186,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--tracking-uri", help="default: $MLFLOW_TRACKING_URI, else sqlite:///<repo>/mlruns/mlflow.db")
     p.add_argument("--out", type=Path, help="output folder (default: results/<sweep_id>/)")
     p.add_argument("--no-log-artifacts", action="store_true", help="do not log the output folder to the parent run")
-    return p.parse_args(argv)
+    p.add_argument("--bootstrap", type=int, default=BOOTSTRAP, metavar="N",
+                   help="refits per held-out fold for its bootstrap interval; 0: none (default: %(default)s)")
+    args = p.parse_args(argv)
+    if args.bootstrap < 0:
+        p.error(f"--bootstrap must be >= 0, got {args.bootstrap}")
+    return args
 
 
 def run(args: argparse.Namespace) -> Path:
     uri = args.tracking_uri or default_tracking_uri()
     client = connect(uri)
     data = load_sweep(client, args.experiment, args.sweep_id)
-    report = build_report(data)
+    report = build_report(data, args.bootstrap)
     text = render(report, uri, args.experiment)
     print(text)
     out_dir = args.out or default_out(data.sweep.sweep_id)

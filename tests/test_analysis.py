@@ -326,7 +326,7 @@ def test_best_k_is_not_clear_when_intervals_overlap():
 def test_a_missing_metric_drops_its_tables_not_the_report(data):
     trials = data.trials.drop(columns=["verify_pass_us"])
     crippled = type(data)(data.sweep, trials, data.unplaced, data.pairs)
-    rep = build_report(crippled)
+    rep = build_report(crippled, boots=0)
     names = {t.name for t in rep.tables}
     assert "extended_fit" not in names and "cost_by_k" not in names
     assert {"acceptance", "speedup", "predicted_vs_measured", "best_k"} <= names
@@ -336,7 +336,7 @@ def test_a_missing_metric_drops_its_tables_not_the_report(data):
 def test_trials_without_pair_histories_leave_gaps_not_crashes(data, tmp_path):
     pairs = data.pairs[(data.pairs["draft"] != "int8")
                        & ~((data.pairs["draft"] == "bigram") & (data.pairs["k"] == 1) & (data.pairs["seed"] == 0))]
-    rep = build_report(type(data)(data.sweep, data.trials, data.unplaced, pairs))
+    rep = build_report(type(data)(data.sweep, data.trials, data.unplaced, pairs), boots=0)
     speed = table(rep, "speedup")
     assert pd.isna(row(speed, draft="int8", k=4)["median"]) and row(speed, draft="int8", k=4)["verdict"] == ""
     assert row(speed, draft="bigram", k=1)["pairs"] == 2 * fx.PAIRS
@@ -347,10 +347,11 @@ def test_trials_without_pair_histories_leave_gaps_not_crashes(data, tmp_path):
     assert best.loc["int8", "recommendation"].startswith("not demonstrated: no pair timings; the extended "
                                                          "model's best k = 1 is predicted 0.81x")
     assert table(rep, "model_errors")["cells"].tolist() == [7, 7, 7, 7]
+    assert (table(rep, "model_errors")["inside interval"] == "").all()  # boots=0: no bootstrap intervals
     write_outputs(rep, "text", tmp_path)
     assert (tmp_path / "speedup_vs_k.png").exists()
 
-    bare = build_report(type(data)(data.sweep, data.trials, data.unplaced, pairs.iloc[0:0]))
+    bare = build_report(type(data)(data.sweep, data.trials, data.unplaced, pairs.iloc[0:0]), boots=0)
     write_outputs(bare, "text", tmp_path / "bare")
     assert (tmp_path / "bare" / "acceptance_vs_k.svg").exists()
     assert not (tmp_path / "bare" / "speedup_vs_k.svg").exists()

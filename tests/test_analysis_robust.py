@@ -85,7 +85,7 @@ def noisy():
 
 @pytest.fixture(scope="module")
 def mixed(store):
-    return build_report(load_sweep(connect(store.uri), store.experiment, MIXED))
+    return build_report(load_sweep(connect(store.uri), store.experiment, MIXED), boots=0)
 
 
 def table(report, name) -> pd.DataFrame:
@@ -135,7 +135,7 @@ def test_no_robust_parameter_is_ever_negative(truth):
     sweeps = [fx.noisy_frames(truth, None)[0]]
     sweeps += [fx.noisy_frames(truth, fx.Noise(seed, corrupt=c))[0] for seed in range(3) for c in (CORRUPT, None)]
     for trials in sweeps:
-        r = predict_trials(trials)
+        r = predict_trials(trials, boots=0)  # the fits only: no bootstrap intervals
         for fit in [r.fit, r.without_flagged, *r.held_out.values()]:
             assert min(getattr(fit, p) for p in PARAMS) >= 0, fit
         plain_negative += min(getattr(r.plain, p) for p in PARAMS) < 0
@@ -207,12 +207,12 @@ def test_a_planted_straddling_cell_in_a_noisy_report(noisy):
     data = noisy_data()
     bigram = data.pairs["draft"] == "bigram"
     data.pairs = data.pairs[~(bigram & (data.pairs["k"] == 2))]
-    rec = table(build_report(data), "best_k").set_index("draft").loc["bigram", "recommendation"]
+    rec = table(build_report(data, boots=0), "best_k").set_index("draft").loc["bigram", "recommendation"]
     assert rec.startswith("speculate with k = 1 (measured 1.20x, interval 1.08-1.24 lies above 1)"), rec
     # bigram k=8 (planted 0.98x) from one seed's 5 pairs: the interval is their [min, max], 0.98-1.07
     # at 93.75% (short of 95%: said in the speedup table), which straddles 1
     data.pairs = data.pairs[~bigram | ((data.pairs["k"] == 8) & (data.pairs["seed"] == 1))]
-    rep = build_report(data)
+    rep = build_report(data, boots=0)
     speed = table(rep, "speedup").set_index(["draft", "k"]).loc[("bigram", 8)]
     assert speed["pairs"] == 5 and speed["interval confidence"] == 1 - 2 / 2 ** 5
     assert (speed["lo"], speed["hi"]) == (speed["min"], speed["max"])

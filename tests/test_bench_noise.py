@@ -196,7 +196,7 @@ def test_the_side_by_side_report_prints_from_two_analyses(capsys):
     data = noisy_data()
     shifted = (data.pairs["draft"] == "int4") & (data.pairs["k"] == 4)
     data.pairs.loc[shifted, "ratio"] *= 1.5
-    loaded = bn.Condition("loaded", 250.0, build_report(data), "2 busy processes")
+    loaded = bn.Condition("loaded", 250.0, build_report(data, boots=0), "2 busy processes")
     bn.print_header(quiet, quiet, "paper", [])
     bn.report(quiet, quiet)
     same = capsys.readouterr().out

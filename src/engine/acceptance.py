@@ -147,13 +147,13 @@ def tree_chars(target, draft, seq: torch.Tensor, n: int, widths, temperature: fl
 def loop_survival(target, draft, prompt: list[int], n_chars: int, k: int, temperature: float,
                   seeds) -> tuple[torch.Tensor, int, int]:
     """S_1..S_k at the loop's own pass starts: one speculative generation of n_chars per seed (its
-    counters, `track_overlap`), each pass adding `survival` of its drawn chain. Returns (S (k,), the
+    counters, `track_survival`), each pass adding `survival` of its drawn chain. Returns (S (k,), the
     passes averaged over, the chars they emitted): S is the mean over passes, an unbiased estimate of
     P(drafts 1..i kept) per pass of the loop, with less variance than the count chars / passes."""
     total, passes, chars = torch.zeros(k, dtype=torch.float64), 0, 0
     for seed in seeds:
         g = generate_speculative(target, draft, prompt, n_chars, k, temperature,
-                                 torch.Generator().manual_seed(seed))
+                                 torch.Generator().manual_seed(seed), track_overlap=False, track_survival=True)
         total += torch.tensor(g.survival_sum, dtype=torch.float64)
         passes, chars = passes + g.draft_calls, chars + g.chars_emitted
     draft.reset()

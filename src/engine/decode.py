@@ -28,7 +28,7 @@ class Generation:
     accepted_at: list[int] = field(default_factory=list)  # [i]: passes whose draft i+1 was accepted
     overlap_sum: float = 0.0   # sum over tested positions of sum_x min(p, q)
     survival_sum: list[float] = field(default_factory=list)  # [i]: sum over passes of S_{i+1} of the
-                               # pass's drawn chain (sampling.survival; chains, with track_overlap)
+                               # pass's drawn chain (sampling.survival; chains, with track_survival)
 
 
 def check_fits(model: Transformer, prompt_len: int, n_chars: int, k: int = 0) -> None:
@@ -127,12 +127,14 @@ def generate_baseline(target: Transformer, prompt, n_chars: int, temperature: fl
 
 @torch.no_grad()
 def generate_speculative(target: Transformer, draft: Draft, prompt, n_chars: int, k: int,
-                         temperature: float, gen: torch.Generator, track_overlap: bool = True) -> Generation:
+                         temperature: float, gen: torch.Generator, track_overlap: bool = True,
+                         track_survival: bool = False) -> Generation:
     """Speculative sampling until n_chars are emitted; the output is truncated to n_chars.
 
-    track_overlap: also sum the analytic acceptance sum_x min(p, q) over tested positions, and
-    per position i the chain's survival S_i (counters; timed runs switch them off so they do only
-    what a decoder does).
+    track_overlap: also sum the analytic acceptance sum_x min(p, q) over tested positions (a
+    counter; timed runs switch it off so they do only what a decoder does).
+    track_survival: also sum per position i the survival S_i of each pass's drawn chain
+    (sampling.survival; acceptance.loop_survival's counter, about 0.1 ms a pass, so off by default).
     """
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
@@ -174,9 +176,9 @@ def generate_speculative(target: Transformer, draft: Draft, prompt, n_chars: int
         for i in range(n):
             accepted_at[i] += 1
         if track_overlap:
-            p_rows, q_rows = torch.tensor(p[:k]), _rows_tensor(q, k)                   # (k, V) each
-            g.overlap_sum += float(overlap(p_rows[:t], q_rows[:t]).sum())
-            s = survival(p_rows[None], q_rows[None], torch.tensor([drafts]))           # (k,)
+            g.overlap_sum += float(overlap(torch.tensor(p[:t]), _rows_tensor(q, t)).sum())
+        if track_survival:
+            s = survival(torch.tensor(p[:k])[None], _rows_tensor(q, k)[None], torch.tensor([drafts]))  # (k,)
             g.survival_sum = [a + b for a, b in zip(g.survival_sum, s.tolist())]
     g.target_passes += passes
     g.draft_calls, g.proposed, g.accepted, g.tested = passes, passes * k, accepted, tested
