@@ -244,10 +244,15 @@ def leave_one_draft_out(t: pd.DataFrame, robust: bool = True) -> tuple[pd.Series
 INTERVAL_COLUMNS = CELL + ["held_lo", "held_hi"]
 
 
-def resample_within(groups: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Positions of a bootstrap resample drawn with replacement within each group: every group keeps
-    its count, so no refit loses a draft (which could leave its parameters undetermined)."""
-    members = [np.flatnonzero(groups == g) for g in sorted(set(groups))]
+def group_members(groups: np.ndarray) -> list[np.ndarray]:
+    """The positions of each group's members, groups in sorted order (what resample_within draws from)."""
+    return [np.flatnonzero(groups == g) for g in sorted(set(groups))]
+
+
+def resample_within(members: list[np.ndarray], rng: np.random.Generator) -> np.ndarray:
+    """Positions of a bootstrap resample drawn with replacement within each group (`group_members`):
+    every group keeps its count, so no refit loses a draft (which could leave its parameters
+    undetermined)."""
     return np.concatenate([rng.choice(m, size=len(m), replace=True) for m in members])
 
 
@@ -264,9 +269,10 @@ def held_out_intervals(t: pd.DataFrame, boots: int = BOOTSTRAP, seed: int = BOOT
     for draft in drafts:
         held = (t["draft"] == draft).to_numpy()
         rest, target = t[~held], t[held]
+        members = group_members(rest["draft"].to_numpy())  # found once per fold, drawn from per refit
         cells = []  # each refit's cell predictions (a Series over the held draft's k)
         for _ in range(boots):
-            pred = fit_extended(rest.iloc[resample_within(rest["draft"].to_numpy(), rng)]).predict(target)
+            pred = fit_extended(rest.iloc[resample_within(members, rng)]).predict(target)
             cells.append(pred.groupby(target["k"]).median())
         table = pd.concat(cells, axis=1)  # rows: the held draft's k; columns: refits
         lo, hi = table.quantile(tail, axis=1), table.quantile(1 - tail, axis=1)
@@ -359,21 +365,29 @@ def model_errors(cells: pd.DataFrame) -> pd.DataFrame:
         ape = ape.dropna()
         if m == "paper" and ape.empty:
             continue  # a sweep of the paper drafts alone: nothing held out to judge it on
-        row = {"model": label, "cells": len(ape), "median APE %": ape.median() if len(ape) else np.nan,
-               "max APE %": ape.max() if len(ape) else np.nan, "inside interval": "",
-               "intervals overlap": "", "interval width %": np.nan}
-        if m == "held_out" and {"held_lo", "held_hi"} <= set(cells.columns):
-            scored = cells.dropna(subset=["measured", "pred_held_out", "held_lo", "held_hi"])
-            if len(scored):
-                inside = scored["measured"].between(scored["held_lo"], scored["held_hi"])
-                row["inside interval"] = f"{int(inside.sum())}/{len(scored)}"
-                if {"lo", "hi"} <= set(scored.columns):
-                    meets = (scored["held_lo"] <= scored["hi"]) & (scored["held_hi"] >= scored["lo"])
-                    row["intervals overlap"] = f"{int(meets.sum())}/{len(scored)}"
-                row["interval width %"] = ((scored["held_hi"] - scored["held_lo"]) / scored["pred_held_out"]
-                                           * 100).median()
-        rows.append(row)
+        rows.append({"model": label, "cells": len(ape), "median APE %": ape.median() if len(ape) else np.nan,
+                     "max APE %": ape.max() if len(ape) else np.nan,
+                     **(interval_scores(cells) if m == "held_out" else NO_INTERVAL_SCORES)})
     return pd.DataFrame(rows)
+
+
+NO_INTERVAL_SCORES = {"inside interval": "", "intervals overlap": "", "interval width %": np.nan}
+
+
+def interval_scores(cells: pd.DataFrame) -> dict:
+    """The held-out bootstrap intervals against the measured cells (model_errors), blank without them."""
+    if not {"held_lo", "held_hi"} <= set(cells.columns):
+        return NO_INTERVAL_SCORES
+    scored = cells.dropna(subset=["measured", "pred_held_out", "held_lo", "held_hi"])
+    if scored.empty:
+        return NO_INTERVAL_SCORES
+    inside = scored["measured"].between(scored["held_lo"], scored["held_hi"])
+    out = {**NO_INTERVAL_SCORES, "inside interval": f"{int(inside.sum())}/{len(scored)}",
+           "interval width %": ((scored["held_hi"] - scored["held_lo"]) / scored["pred_held_out"] * 100).median()}
+    if {"lo", "hi"} <= set(scored.columns):
+        meets = (scored["held_lo"] <= scored["hi"]) & (scored["held_hi"] >= scored["lo"])
+        out["intervals overlap"] = f"{int(meets.sum())}/{len(scored)}"
+    return out
 
 
 def best_k(cells: pd.DataFrame) -> pd.DataFrame:

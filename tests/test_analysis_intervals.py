@@ -15,7 +15,8 @@ import pytest
 import analysis_fixtures as fx
 from analysis.aggregate import pooled_speedup
 from analysis.cost_models import (Extended, cell_predictions, held_out_intervals, leave_one_draft_out,
-                                  model_errors, predict_trials, resample_within)
+                                  group_members, model_errors, predict_trials,
+                                  resample_within)
 
 TRUTH = fx.Truth()
 TRUE_FIT = Extended(TRUTH.b, TRUTH.o_pass, TRUTH.gamma, TRUTH.o_base, trials=0)
@@ -47,9 +48,9 @@ def test_a_resample_keeps_every_draft_s_count_and_draws_within_it():
     groups = np.array(["int8"] * 5 + ["bigram"] * 3 + ["int4"] * 7)
     rng = np.random.default_rng(0)
     for _ in range(50):
-        pick = resample_within(groups, rng)
+        pick = resample_within(group_members(groups), rng)
         assert sorted(groups[pick]) == sorted(groups)  # each draft keeps its count, so no refit loses one
-    repeats = [len(set(resample_within(groups, rng))) < len(groups) for _ in range(50)]
+    repeats = [len(set(resample_within(group_members(groups), rng))) < len(groups) for _ in range(50)]
     assert any(repeats)  # drawn with replacement (all 15 distinct in 50 draws: probability < 1e-50)
 
 
