@@ -97,7 +97,7 @@ SEED_INPUTS = ["k", "chars_per_pass", "c"]
 CLOSED_INPUTS = ["k", "position_acceptance", "c"]
 EXTENDED_INPUTS = ["k", "target_passes", "proposed", "baseline_passes", "target_pass_us", "verify_pass_us",
                    "draft_char_us", "baseline_s_median", "speculative_s_median"]
-PARAMS = ["b", "o_pass", "gamma", "o_base"]
+PARAMS = ["b", "o_pass", "gamma", "o_base"]  # the (o_pass, gamma) form; the free-loop form adds delta
 
 F_SCALE = 0.01      # soft-L1 scale of the relative residuals: 1% of the measured time
 OUTLIER_Z = 5.0     # flag |x - cell median| > OUTLIER_Z robust standard deviations
@@ -129,19 +129,23 @@ def closed_form(t: pd.DataFrame) -> pd.Series:
 @dataclass(frozen=True)
 class Extended:
     b: float        # verify pass cost per extra drafted position, in units of t1
-    o_pass: float   # us per speculative pass beyond the verify pass
+    o_pass: float   # us per speculative pass beyond the verify pass (free_loop: the trials' measured
+                    # median of free_pass_us - verify_pass_us, not a fitted parameter)
     gamma: float    # in-loop excess of a drafted char, as a fraction of the draft's own time td
     o_base: float   # us per baseline pass beyond the target pass
     trials: int     # trials the parameters were fitted on
     robust: bool = True  # bounded soft-L1 fit; False: plain unbounded least squares
+    delta: float = 0.0   # free_loop: in-loop excess per pass, as a fraction of td (0 otherwise)
+    free_loop: bool = False  # T_S from each trial's measured free loop (free_pass_us), not t1, b and o_pass
 
     def times(self, t: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
         """(T_B, T_S) in microseconds."""
-        t1 = t["target_pass_us"]
+        t1, td, passes = t["target_pass_us"], t["draft_char_us"], t["target_passes"]
         baseline = t["baseline_passes"] * (t1 + self.o_base)
-        speculative = (t["target_passes"] * (t1 * (1 + self.b * verify_nodes(t)) + self.o_pass)
-                       + t["proposed"] * t["draft_char_us"] * (1 + self.gamma))
-        return baseline, speculative
+        drafting = t["proposed"] * td * (1 + self.gamma)
+        if self.free_loop:
+            return baseline, passes * (t["free_pass_us"] + self.delta * td) + drafting
+        return baseline, passes * (t1 * (1 + self.b * verify_nodes(t)) + self.o_pass) + drafting
 
     def predict(self, t: pd.DataFrame) -> pd.Series:
         baseline, speculative = self.times(t)
@@ -172,8 +176,15 @@ def _solve(a: np.ndarray, y: np.ndarray, robust: bool) -> np.ndarray:
     return np.maximum(fit.x, 0.0)  # trf keeps x inside the bounds; the clip only removes rounding
 
 
-def fit_extended(t: pd.DataFrame, robust: bool = True) -> Extended:
-    """The four parameters from the trials' counters, component times and arm medians (module docstring)."""
+def has_free_loop(t: pd.DataFrame) -> bool:
+    """Every trial measured its free loop (free_pass_us): the free-loop form of the model applies."""
+    return "free_pass_us" in t.columns and len(t) > 0 and bool(t["free_pass_us"].notna().all())
+
+
+def fit_extended(t: pd.DataFrame, robust: bool = True, free_loop: bool | None = None) -> Extended:
+    """The parameters from the trials' counters, component times and arm medians (module docstring).
+    free_loop: fit the free-loop form (delta, gamma) rather than (o_pass, gamma); None: where every
+    trial has free_pass_us (`has_free_loop`)."""
     k = verify_nodes(t).to_numpy(float)
     t1, td = t["target_pass_us"].to_numpy(float), t["draft_char_us"].to_numpy(float)
     n, passes, drafted = (t[c].to_numpy(float) for c in ("baseline_passes", "target_passes", "proposed"))
@@ -185,6 +196,16 @@ def fit_extended(t: pd.DataFrame, robust: bool = True) -> Extended:
     (o_base,) = _solve((n / t_base)[:, None], (t_base - n * t1) / t_base, robust)
 
     t_spec = t["speculative_s_median"].to_numpy(float) * 1e6
+    if has_free_loop(t) if free_loop is None else free_loop:
+        free = t["free_pass_us"].to_numpy(float)
+        left = t_spec - passes * free - drafted * td
+        design = np.column_stack([passes * td, drafted * td]) / t_spec[:, None]
+        if _rank(design) < 2:
+            log.warning("the fitted trials span one k: the draft's in-loop excess per pass and per drafted "
+                        "char cannot be told apart")
+        delta, gamma = _solve(design, left / t_spec, robust)
+        o_pass = float(np.median(free - t["verify_pass_us"].to_numpy(float)))
+        return Extended(float(b), o_pass, float(gamma), float(o_base), len(t), robust, float(delta), True)
     left = t_spec - passes * t1 * (1 + b * k) - drafted * td
     design = np.column_stack([passes, drafted * td]) / t_spec[:, None]
     if _rank(design) < 2:

@@ -28,6 +28,7 @@ from ..engine.decode import generate_baseline, generate_speculative
 from ..engine.measure import exactness_check, measure_cost
 from ..engine.drafts.base import Draft
 from ..engine.errors import SpecsweepError
+from ..engine.replay import ProposalRecorder, ReplayDraft
 from ..engine.timing import PairedTiming, paired_timing, timing_options
 from ..engine.tree import check_widths, generate_tree, max_nodes
 from ..engine.train import TrainConfig, TrainedTarget, get_target, target_location
@@ -277,6 +278,25 @@ def build_draft(cfg: DictConfig, target: TrainedTarget, corpus, draft_cfg: DictC
         raise SpecsweepError(f"cannot build draft {draft_cfg.get('name', '?')!r}: {cause}") from None
 
 
+def free_loop_run(model, recorder: ProposalRecorder, prompt, n: int, k: int, T: float, new_gen, g):
+    """(run, passes) for measure_cost's free loop: the loop replaying the counter run's recorded
+    proposals (src/engine/replay.py), timed as the speculative arm is (no overlap counter). Run
+    once here, untimed, to check it makes the counter run's passes and chars; None, with a
+    warning, where it does not (a draft that is not deterministic given the seed)."""
+    free = ReplayDraft(recorder)
+
+    def run():
+        return generate_speculative(model, free, prompt, n, k, T, new_gen(), track_overlap=False)
+    try:
+        replayed = run()
+    except RuntimeError:
+        replayed = None
+    if replayed is None or (replayed.tokens, replayed.target_passes) != (g.tokens, g.target_passes):
+        log.warning("the free loop's replay diverged from the counter run: free_pass_us not measured")
+        return None
+    return run, g.target_passes
+
+
 def run_trial(cfg: DictConfig, progress: bool = True, loaded=None, timing_lock=None) -> TrialResult:
     """loaded: (corpus, TrainedTarget) if the caller has them already.
     timing_lock: a context manager held around the timed phase (cost and paired timing), so
@@ -299,8 +319,10 @@ def run_trial(cfg: DictConfig, progress: bool = True, loaded=None, timing_lock=N
             return generate_speculative(model, draft, prompt, n, k, T, gen, track_overlap=track_overlap)
         return generate_tree(model, draft, prompt, n, widths, T, gen, track_overlap=track_overlap)
 
-    # deterministic counters: exact given the seed
-    g = speculate(new_gen())
+    # deterministic counters: exact given the seed; a chain's proposals recorded for the free loop
+    recorder = ProposalRecorder(draft) if widths is None and cfg.timing.get("free_loop", True) else None
+    g = speculate(new_gen()) if recorder is None else generate_speculative(model, recorder, prompt, n, k, T, new_gen())
+    free_run = None if recorder is None else free_loop_run(model, recorder, prompt, n, k, T, new_gen, g)
     metrics = {
         "acceptance": g.accepted / g.proposed,
         "position_acceptance": g.accepted / g.tested,
@@ -321,7 +343,8 @@ def run_trial(cfg: DictConfig, progress: bool = True, loaded=None, timing_lock=N
         metrics.update({"tree_depth": len(widths), "tree_nodes": max_nodes(widths), "nodes_per_pass": per_pass})
 
     with timing_lock or nullcontext():
-        metrics.update(measure_cost(model, draft, prompt, k, T, cfg.timing.cost_reps, device, tree_widths=widths))
+        metrics.update(measure_cost(model, draft, prompt, k, T, cfg.timing.cost_reps, device, tree_widths=widths,
+                                    free_run=free_run))
         timing = paired_timing(lambda: generate_baseline(model, prompt, n, T, new_gen()),
                                lambda: speculate(new_gen(), track_overlap=False),
                                cfg.timing.pairs, device, **timing_options_of(cfg))
