@@ -36,6 +36,30 @@ c. extended     time of one generation
    cannot be told apart from gamma td, so a fit with both is arbitrary there. o_pass and gamma
    are told apart by trials at two or more k (columns P and D td = k P td) or by drafts of
    different td.
+   The free-loop form, used where every fitted trial measured its loops (LOOP_TIMES; chains with
+   timing.free_loop, the default), timed in the same interleaved rounds as t1, tv and td:
+   free_pass_us F, the speculative loop replaying the trial's own proposals at no drafting cost
+   (src/engine/replay.py: the verify pass as it runs in the loop plus the loop's own work), and
+   base_pass_us F_B, the baseline loop per char:
+                    baseline     T_B = n F_B
+                    speculative  T_S = P (F + delta td) + D td (1 + gamma)
+   The loops' overheads are measured, not fitted (Extended.o_pass and o_base report the medians of
+   F - tv and F_B - t1 over the fitted trials). Only the draft's in-loop excess is fitted, linear
+   in delta (per pass: a draft's first forward of a pass runs after the target's and finds the
+   caches cold) and gamma (per drafted char), each a fraction of td, from the measured ratio:
+                    delta, gamma    T_S* - P F - D td = P td delta + D td gamma,
+                                    T_S* = T_B (speculative_s_median / baseline_s_median)
+   T_S* is the speculative time the pairs' ratio implies at the speed of the cost rounds: on a
+   machine whose speed drifts between the cost rounds and the pairs (a shared 2-core VM flipped
+   between states ~30% apart within minutes), the arms' ratio holds and their absolute times do
+   not. Both fitted terms vanish with td, so a cheap draft held out is predicted from its own
+   measurements alone. In the (o_pass, gamma) form the fold without the bigram draft, left with
+   two drafts of about the same td, cannot tell o_pass from a per-pass cost proportional to td:
+   on a real 2-seed slice it fitted o_pass = 1,097 us against 352 us with the bigram, and
+   mispredicted the bigram by up to 43%. tests/test_analysis_free_loop.py plants that case.
+   Trials without the loop times (trees, timing.free_loop=false, older stores) are fitted in
+   the (o_pass, gamma) form; a fit takes the free-loop form only where all its trials have them
+   (`has_free_loop`) and, in the held-out folds, the predicted trials too (`fit_to_predict`).
    Validated leave-one-draft-out: the parameters are fitted on the other drafts' trials and
    predict the held-out draft's trials from that draft's own counters and component times.
    And fitted on the seed's drafts only (PAPER_DRAFTS), predicting every other draft: the
@@ -132,19 +156,21 @@ class Extended:
     o_pass: float   # us per speculative pass beyond the verify pass (free_loop: the trials' measured
                     # median of free_pass_us - verify_pass_us, not a fitted parameter)
     gamma: float    # in-loop excess of a drafted char, as a fraction of the draft's own time td
-    o_base: float   # us per baseline pass beyond the target pass
+    o_base: float   # us per baseline pass beyond the target pass (free_loop: the trials' measured
+                    # median of base_pass_us - target_pass_us)
     trials: int     # trials the parameters were fitted on
     robust: bool = True  # bounded soft-L1 fit; False: plain unbounded least squares
     delta: float = 0.0   # free_loop: in-loop excess per pass, as a fraction of td (0 otherwise)
-    free_loop: bool = False  # T_S from each trial's measured free loop (free_pass_us), not t1, b and o_pass
+    free_loop: bool = False  # T_B and T_S from each trial's measured loops (base_pass_us, free_pass_us)
 
     def times(self, t: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
         """(T_B, T_S) in microseconds."""
         t1, td, passes = t["target_pass_us"], t["draft_char_us"], t["target_passes"]
-        baseline = t["baseline_passes"] * (t1 + self.o_base)
         drafting = t["proposed"] * td * (1 + self.gamma)
         if self.free_loop:
-            return baseline, passes * (t["free_pass_us"] + self.delta * td) + drafting
+            return (t["baseline_passes"] * t["base_pass_us"],
+                    passes * (t["free_pass_us"] + self.delta * td) + drafting)
+        baseline = t["baseline_passes"] * (t1 + self.o_base)
         return baseline, passes * (t1 * (1 + self.b * verify_nodes(t)) + self.o_pass) + drafting
 
     def predict(self, t: pd.DataFrame) -> pd.Series:
@@ -176,9 +202,12 @@ def _solve(a: np.ndarray, y: np.ndarray, robust: bool) -> np.ndarray:
     return np.maximum(fit.x, 0.0)  # trf keeps x inside the bounds; the clip only removes rounding
 
 
+LOOP_TIMES = ["free_pass_us", "base_pass_us"]  # the free-loop form's measured loops
+
+
 def has_free_loop(t: pd.DataFrame) -> bool:
-    """Every trial measured its free loop (free_pass_us): the free-loop form of the model applies."""
-    return "free_pass_us" in t.columns and len(t) > 0 and bool(t["free_pass_us"].notna().all())
+    """Every trial measured its loops (LOOP_TIMES): the free-loop form of the model applies."""
+    return set(LOOP_TIMES) <= set(t.columns) and len(t) > 0 and bool(t[LOOP_TIMES].notna().all().all())
 
 
 def fit_extended(t: pd.DataFrame, robust: bool = True, free_loop: bool | None = None) -> Extended:
@@ -193,19 +222,22 @@ def fit_extended(t: pd.DataFrame, robust: bool = True, free_loop: bool | None = 
     (b,) = _solve((t1 * k / tv)[:, None], (tv - t1) / tv, robust)
 
     t_base = t["baseline_s_median"].to_numpy(float) * 1e6
-    (o_base,) = _solve((n / t_base)[:, None], (t_base - n * t1) / t_base, robust)
-
     t_spec = t["speculative_s_median"].to_numpy(float) * 1e6
     if has_free_loop(t) if free_loop is None else free_loop:
-        free = t["free_pass_us"].to_numpy(float)
-        left = t_spec - passes * free - drafted * td
-        design = np.column_stack([passes * td, drafted * td]) / t_spec[:, None]
+        free, base = t["free_pass_us"].to_numpy(float), t["base_pass_us"].to_numpy(float)
+        # the speculative time the measured ratio implies at the components' speed: the machine's
+        # speed may differ between the cost rounds and the pairs, the ratio of the arms does not
+        implied = n * base * t_spec / t_base
+        left = implied - passes * free - drafted * td
+        design = np.column_stack([passes * td, drafted * td]) / implied[:, None]
         if _rank(design) < 2:
             log.warning("the fitted trials span one k: the draft's in-loop excess per pass and per drafted "
                         "char cannot be told apart")
-        delta, gamma = _solve(design, left / t_spec, robust)
+        delta, gamma = _solve(design, left / implied, robust)
         o_pass = float(np.median(free - t["verify_pass_us"].to_numpy(float)))
-        return Extended(float(b), o_pass, float(gamma), float(o_base), len(t), robust, float(delta), True)
+        o_base = float(np.median(base - t1))
+        return Extended(float(b), o_pass, float(gamma), o_base, len(t), robust, float(delta), True)
+    (o_base,) = _solve((n / t_base)[:, None], (t_base - n * t1) / t_base, robust)
     left = t_spec - passes * t1 * (1 + b * k) - drafted * td
     design = np.column_stack([passes, drafted * td]) / t_spec[:, None]
     if _rank(design) < 2:
@@ -213,6 +245,12 @@ def fit_extended(t: pd.DataFrame, robust: bool = True, free_loop: bool | None = 
                     "in-loop excess cannot be told apart")
     o_pass, gamma = _solve(design, left / t_spec, robust)
     return Extended(float(b), float(o_pass), float(gamma), float(o_base), len(t), robust)
+
+
+def fit_to_predict(fitted: pd.DataFrame, predicted: pd.DataFrame, robust: bool = True) -> Extended:
+    """fit_extended on `fitted`, in the free-loop form only where the `predicted` trials measured their
+    free loop too (a tree draft held out, say, has none to be predicted from)."""
+    return fit_extended(fitted, robust, free_loop=has_free_loop(fitted) and has_free_loop(predicted))
 
 
 OUTLIER_COLUMNS = KEY + ["run_id", "component", "value", "cell median", "robust z"]
@@ -257,7 +295,7 @@ def leave_one_draft_out(t: pd.DataFrame, robust: bool = True) -> tuple[pd.Series
         return predicted, fits
     for draft in drafts:
         held = t["draft"] == draft
-        fits[draft] = fit_extended(t[~held], robust)
+        fits[draft] = fit_to_predict(t[~held], t[held], robust)
         predicted[held] = fits[draft].predict(t[held])
     return predicted, fits
 
@@ -291,9 +329,10 @@ def held_out_intervals(t: pd.DataFrame, boots: int = BOOTSTRAP, seed: int = BOOT
         held = (t["draft"] == draft).to_numpy()
         rest, target = t[~held], t[held]
         members = group_members(rest["draft"].to_numpy())  # found once per fold, drawn from per refit
+        free = has_free_loop(rest) and has_free_loop(target)
         cells = []  # each refit's cell predictions (a Series over the held draft's k)
         for _ in range(boots):
-            pred = fit_extended(rest.iloc[resample_within(members, rng)]).predict(target)
+            pred = fit_extended(rest.iloc[resample_within(members, rng)], free_loop=free).predict(target)
             cells.append(pred.groupby(target["k"]).median())
         table = pd.concat(cells, axis=1)  # rows: the held draft's k; columns: refits
         lo, hi = table.quantile(tail, axis=1), table.quantile(1 - tail, axis=1)
@@ -337,7 +376,7 @@ def predict_trials(finished: pd.DataFrame, boots: int = BOOTSTRAP) -> ModelResul
         clean = fit_extended(finished[~bad]) if bad.any() and (~bad).any() else fit
         is_paper = finished["draft"].isin(PAPER_DRAFTS)
         if is_paper.any() and (~is_paper).any():  # something to fit on, and something held out
-            paper = fit_extended(finished[is_paper])
+            paper = fit_to_predict(finished[is_paper], finished[~is_paper])
             preds["paper"] = paper.predict(finished)
     for model in MODELS:
         table[f"pred_{model}"] = preds.get(model, np.nan)

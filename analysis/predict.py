@@ -30,8 +30,8 @@ Prediction per k (pure functions below, no loop is run):
     chars per pass   cpp(k) = 1 + S_1 + ... + S_k                       (tree: 1 + E[path length])
     speedup          cpp(k) (t1 + o_base) / (tv(k) + o_pass + n(k) td (1 + gamma))
 with n(k) = k drafted chars (tree: mean drafted nodes per pass) and o_base, o_pass (us), gamma the
-extended cost model's loop overheads (analysis/cost_models.py), fitted on a finished sweep's
-trials (`--fit-sweep`, its drafts in `--fit-drafts`; fitted on that sweep's machine, so the
+extended cost model's loop overheads (analysis/cost_models.py, its (o_pass, gamma) form: no free
+loop is timed here, so o_pass stays fitted), fitted on a finished sweep's trials (`--fit-sweep`, its drafts in `--fit-drafts`; fitted on that sweep's machine, so the
 overheads in microseconds carry over only to a machine of that speed); without it all three are
 0 and the output says so. With them 0 and tv = t1 the formula is the seed's cpp / (1 + k c).
 The recommended setting is the one with the highest predicted speedup; where none is above 1x, the
@@ -169,7 +169,7 @@ def pays_inputs(finished: pd.DataFrame, pairs: pd.DataFrame, level: float) -> li
     if any(c not in finished.columns for c in EXTENDED_INPUTS + ["position_acceptance", "c", "target_key"]):
         return out
     for key, t in finished.groupby("target_key", sort=True):
-        fit = fit_extended(t)
+        fit = fit_extended(t, free_loop=False)  # the (o_pass, gamma) form: no free loop runs here
         chain = t[~t["draft"].str.contains("+", regex=False)]
         pts = chain.groupby(["draft", "k"], sort=True)[["position_acceptance", "c"]].median()
         pts = pts.rename(columns={"position_acceptance": "a"}).reset_index()
@@ -344,7 +344,7 @@ def fitted_overheads(uri: str, experiment: str, sweep_id: str, drafts: list[str]
     if t.empty or missing:
         raise SpecsweepError(f"sweep {sweep_id!r} has no finished trials to fit the overheads on"
                              + (f" (they lack {', '.join(missing)})" if missing and not t.empty else ""))
-    fit = fit_extended(t)
+    fit = fit_extended(t, free_loop=False)  # the (o_pass, gamma) form: no free loop runs here
     return Overheads(fit.o_base, fit.o_pass, fit.gamma,
                      f"extended model fitted on {fit.trials} trials of sweep {data.sweep.sweep_id}"
                      + (f" ({', '.join(drafts)})" if drafts else ""))

@@ -178,9 +178,12 @@ def model_errors_table(cells: pd.DataFrame) -> Table:
 def fit_table(results: ModelResults) -> Table | None:
     if results.fit is None:
         return None
-    meaning = {"b": "verify pass cost per drafted position (x t1)", "o_pass": "overhead per speculative pass, us",
-               "gamma": "in-loop excess per drafted char (x td)", "o_base": "overhead per baseline pass, us",
-               "trials": "trials fitted on"}
+    free = results.fit.free_loop
+    meaning = {"b": "verify pass cost per drafted position (x t1)",
+               "o_pass": "overhead per speculative pass, us" + (" (measured: median free loop - tv)" if free else ""),
+               "gamma": "in-loop excess per drafted char (x td)",
+               "o_base": "overhead per baseline pass, us" + (" (measured: median base loop - t1)" if free else ""),
+               **({"delta": "in-loop excess per pass (x td)"} if free else {}), "trials": "trials fitted on"}
     df = pd.DataFrame({"parameter": list(meaning), "meaning": list(meaning.values())})
     df["all drafts"] = [getattr(results.fit, p) for p in meaning]
     if results.without_flagged is not None:
@@ -192,8 +195,13 @@ def fit_table(results: ModelResults) -> Table | None:
     for draft, fit in results.held_out.items():
         df[f"without {draft}"] = [getattr(fit, p) for p in meaning]
     formats = {c: ".4g" for c in df.columns[2:]}
+    form = ("T_B = n F_B; T_S = P (F + delta td) + D td (1 + gamma), F_B and F the trial's measured baseline "
+            "and free loops per pass (the free loop replays its own proposals at no drafting cost), so o_base "
+            "and o_pass are measured, not fitted; delta and gamma are fitted on the ratio of the paired arms"
+            if free else "T_B = n (t1 + o_base); T_S = P (t1 (1 + b k) + o_pass) + D td (1 + gamma), k a tree's "
+            "node count for a tree")
     return Table("extended_fit", "Extended cost model: fitted parameters", df, formats,
-                 "T_B = n (t1 + o_base); T_S = P (t1 (1 + b k) + o_pass) + D td (1 + gamma), k a tree's node count for a tree; parameters shared by "
+                 f"{form}; parameters shared by "
                  "all drafts, bounded >= 0, fitted with a soft-L1 loss on the relative residuals (scale "
                  f"{F_SCALE:.0%} of the measured time), so one mis-measured trial weighs little. 'without flagged "
                  "trials': the same fit without the trials of the outliers table; 'plain least squares': unbounded, "

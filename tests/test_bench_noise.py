@@ -172,6 +172,9 @@ def test_parameters_at_the_bound_and_negative_ones_are_named():
     fit = Extended(b=0.0, o_pass=4e-14, gamma=-0.07, o_base=86.0, trials=6)
     assert bn.parameter_flags(fit) == (["b", "o_pass"], ["gamma"])
     assert bn.parameter_flags(Extended(0.02, 300.0, 0.1, 80.0, 6)) == ([], [])
+    free = Extended(0.02, -5.0, 0.1, 80.0, 6, delta=1e-15, free_loop=True)  # delta only in the free-loop form
+    assert bn.parameter_flags(free) == (["delta"], ["o_pass"])
+    assert bn.parameter_flags(Extended(0.02, 300.0, 0.1, 80.0, 6, delta=1e-15)) == ([], [])
 
 
 def test_a_recommendation_contradicted_by_its_own_cell_is_caught():

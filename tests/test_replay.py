@@ -5,14 +5,15 @@ its replay emit the same chars with the same passes, proposals and acceptances, 
 does so every time it is run (reset starts it over). Negative control: a replay that hands back
 the proposals but leaves the generator where it is (no restored state) diverges, which shows the
 restored state is what keeps the acceptance tests' uniforms the same. measure_cost times the
-free loop as a fourth component and the trial logs it for chains only.
+free loop and the baseline loop with the other components, and the trial logs both for chains
+only.
 """
 from __future__ import annotations
 
 import pytest
 import torch
 
-from src.engine.decode import generate_speculative
+from src.engine.decode import generate_baseline, generate_speculative
 from src.engine.measure import measure_cost
 from src.engine.replay import ProposalRecorder, ReplayDraft
 
@@ -77,9 +78,13 @@ def test_measure_cost_times_the_free_loop_per_pass(tiny, drafts):
     free = ReplayDraft(rec)
     run = (lambda: generate_speculative(target.model, free, prompt, N, 2, 1.0, torch.Generator().manual_seed(0),
                                         track_overlap=False), g.target_passes)
-    cost = measure_cost(target.model, drafts["int8"], prompt, 2, 1.0, 2, "cpu", rounds=3, free_run=run)
-    assert {"target_pass_us", "verify_pass_us", "draft_char_us", "c", "free_pass_us"} <= set(cost)
-    assert cost["free_pass_us"] > 0
+    calls = []
+    base = (lambda: calls.append(generate_baseline(target.model, prompt, N, 1.0, torch.Generator().manual_seed(0))), N)
+    cost = measure_cost(target.model, drafts["int8"], prompt, 2, 1.0, 2, "cpu", rounds=3,
+                        loops={"free": run, "base": base})
+    assert {"target_pass_us", "verify_pass_us", "draft_char_us", "c", "free_pass_us", "base_pass_us"} <= set(cost)
+    assert cost["free_pass_us"] > 0 and cost["base_pass_us"] > 0
+    assert len(calls) == 1 + 3                            # a warm-up, then one run a round
     assert "free_pass_us" not in measure_cost(target.model, drafts["int8"], prompt, 2, 1.0, 2, "cpu", rounds=1)
 
 
@@ -91,4 +96,4 @@ def test_the_trial_logs_the_free_loop_for_chains(tiny, overrides, logged):
     cfg, corpus, target = tiny
     cfg = compose_cfg(cfg.data.path, cfg.data.cache_dir, "draft=bigram", "k=2", *overrides)
     result = run_trial(cfg, progress=False, loaded=(corpus, target))
-    assert ("free_pass_us" in result.metrics) == logged
+    assert ("free_pass_us" in result.metrics) == logged and ("base_pass_us" in result.metrics) == logged

@@ -32,7 +32,7 @@ def proposal(draft: Draft, prompt: list[int], k: int, temperature: float, gen: t
 
 @torch.no_grad()
 def measure_cost(target, draft: Draft, prompt: list[int], k: int, temperature: float, reps: int, device: str,
-                 rounds: int = 7, tree_widths=None, free_run=None) -> dict:
+                 rounds: int = 7, tree_widths=None, loops=None) -> dict:
     """Component times in microseconds: one 1-char target pass, one (k+1)-char verify pass, and
     the draft's time per drafted char (a whole k-char proposal, its Python loop included,
     divided by k). The three are timed in `rounds` interleaved rounds (a block of `reps` calls
@@ -41,9 +41,11 @@ def measure_cost(target, draft: Draft, prompt: list[int], k: int, temperature: f
 
     tree_widths: time a tree instead (`tree_cost`): the verify pass over the tree's nodes and
     the draft's time per node.
-    free_run: (run, passes): also time `run`, the whole loop with a free draft (src/engine/replay.py,
-    one call per round), as a fourth interleaved component; `free_pass_us` is its time per pass
-    (`passes` of them): the verify pass inside the loop plus the loop's own work, no drafting.
+    loops: name -> (run, passes): whole generations also timed as interleaved components, one run
+    a round; `<name>_pass_us` is its time per pass. The trial times two (run_trial): `free`, the
+    speculative loop with a free draft (src/engine/replay.py: the verify pass inside the loop plus
+    the loop's own work, no drafting), and `base`, the baseline loop (a target pass plus its
+    sampling), so that the cost model's loop times are measured in the same rounds as t1 and td.
     A draft on the target's hidden state (heads) observes the prefill's last row first, so its
     proposal is the heads' forward and k draws, as in the loop."""
     if tree_widths is not None:
@@ -63,16 +65,14 @@ def measure_cost(target, draft: Draft, prompt: list[int], k: int, temperature: f
     blocks = {"target": (lambda: target(one, positions[P - 1:P]), reps),
               "verify": (lambda: target(many, positions[P - 1:P + k]), reps),
               "draft": (proposal(draft, prompt, k, temperature, gen), max(1, reps // k))}
-    if free_run is not None:
-        # one whole run a round; its prefill rewrites the target's cache with the same prompt keys,
-        # and the other blocks' passes cost the same whatever the slots beyond it hold
-        blocks["free loop"] = (free_run[0], 1)
+    # a loop's prefill rewrites the target's cache with the same prompt keys, and the other
+    # blocks' passes cost the same whatever the slots beyond it hold
+    loops = loops or {}
+    blocks |= {f"{name} loop": (run, 1) for name, (run, _) in loops.items()}
     t = interleaved_medians(blocks, rounds, device)
     out = {"target_pass_us": t["target"] * 1e6, "verify_pass_us": t["verify"] * 1e6,
            "draft_char_us": t["draft"] / k * 1e6, "c": t["draft"] / k / t["target"]}
-    if free_run is not None:
-        out["free_pass_us"] = t["free loop"] / free_run[1] * 1e6
-    return out
+    return out | {f"{name}_pass_us": t[f"{name} loop"] / passes * 1e6 for name, (_, passes) in loops.items()}
 
 
 @torch.no_grad()

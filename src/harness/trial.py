@@ -279,7 +279,7 @@ def build_draft(cfg: DictConfig, target: TrainedTarget, corpus, draft_cfg: DictC
 
 
 def free_loop_run(model, recorder: ProposalRecorder, prompt, n: int, k: int, T: float, new_gen, g):
-    """(run, passes) for measure_cost's free loop: the loop replaying the counter run's recorded
+    """(run, passes) for measure_cost's free loop (`loops`): the loop replaying the counter run's recorded
     proposals (src/engine/replay.py), timed as the speculative arm is (no overlap counter). Run
     once here, untimed, to check it makes the counter run's passes and chars; None, with a
     warning, where it does not (a draft that is not deterministic given the seed)."""
@@ -292,7 +292,7 @@ def free_loop_run(model, recorder: ProposalRecorder, prompt, n: int, k: int, T: 
     except RuntimeError:
         replayed = None
     if replayed is None or (replayed.tokens, replayed.target_passes) != (g.tokens, g.target_passes):
-        log.warning("the free loop's replay diverged from the counter run: free_pass_us not measured")
+        log.warning("the free loop's replay diverged from the counter run: free_pass_us and base_pass_us not measured")
         return None
     return run, g.target_passes
 
@@ -323,6 +323,9 @@ def run_trial(cfg: DictConfig, progress: bool = True, loaded=None, timing_lock=N
     recorder = ProposalRecorder(draft) if widths is None and cfg.timing.get("free_loop", True) else None
     g = speculate(new_gen()) if recorder is None else generate_speculative(model, recorder, prompt, n, k, T, new_gen())
     free_run = None if recorder is None else free_loop_run(model, recorder, prompt, n, k, T, new_gen, g)
+    # the free loop and the baseline loop, timed with the components (the cost model's loop times)
+    loops = None if free_run is None else {"free": free_run,
+                                           "base": (lambda: generate_baseline(model, prompt, n, T, new_gen()), n)}
     metrics = {
         "acceptance": g.accepted / g.proposed,
         "position_acceptance": g.accepted / g.tested,
@@ -344,7 +347,7 @@ def run_trial(cfg: DictConfig, progress: bool = True, loaded=None, timing_lock=N
 
     with timing_lock or nullcontext():
         metrics.update(measure_cost(model, draft, prompt, k, T, cfg.timing.cost_reps, device, tree_widths=widths,
-                                    free_run=free_run))
+                                    loops=loops))
         timing = paired_timing(lambda: generate_baseline(model, prompt, n, T, new_gen()),
                                lambda: speculate(new_gen(), track_overlap=False),
                                cfg.timing.pairs, device, **timing_options_of(cfg))
