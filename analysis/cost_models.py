@@ -40,19 +40,22 @@ c. extended     time of one generation
    timing.free_loop, the default), timed in the same interleaved rounds as t1, tv and td:
    free_pass_us F, the speculative loop replaying the trial's own proposals at no drafting cost
    (src/engine/replay.py: the verify pass as it runs in the loop plus the loop's own work), and
-   base_pass_us F_B, the baseline loop per char:
-                    baseline     T_B = n F_B
-                    speculative  T_S = P (F + delta td) + D td (1 + gamma)
+   base_pass_us F_B, the baseline loop per char. The model takes its times in units of F_B, each
+   ratio taken within a cost round and then the median over rounds (free_per_base f = F / F_B,
+   draft_per_base d = td / F_B), as a pair's ratio is taken within the pair:
+                    baseline     T_B = n
+                    speculative  T_S = P (f + delta d) + D d (1 + gamma)
    The loops' overheads are measured, not fitted (Extended.o_pass and o_base report the medians of
    F - tv and F_B - t1 over the fitted trials). Only the draft's in-loop excess is fitted, linear
    in delta (per pass: a draft's first forward of a pass runs after the target's and finds the
    caches cold) and gamma (per drafted char), each a fraction of td, from the measured ratio:
-                    delta, gamma    T_S* - P F - D td = P td delta + D td gamma,
-                                    T_S* = T_B (speculative_s_median / baseline_s_median)
-   T_S* is the speculative time the pairs' ratio implies at the speed of the cost rounds: on a
-   machine whose speed drifts between the cost rounds and the pairs (a shared 2-core VM flipped
-   between states ~30% apart within minutes), the arms' ratio holds and their absolute times do
-   not. Both fitted terms vanish with td, so a cheap draft held out is predicted from its own
+                    delta, gamma    T_S* - P f - D d = P d delta + D d gamma,
+                                    T_S* = n (speculative_s_median / baseline_s_median)
+   T_S* is the speculative time the pairs' ratio implies. No absolute time enters: on a machine
+   whose speed changes from round to round and between the cost rounds and the pairs (on the
+   shared 2-core VM of the noisy-machine benchmark a one-char target pass measured 1,370-2,674
+   us across the trials of one quiet sweep), ratios taken at one moment hold and absolute times
+   do not. Both fitted terms vanish with td, so a cheap draft held out is predicted from its own
    measurements alone. In the (o_pass, gamma) form the fold without the bigram draft, left with
    two drafts of about the same td, cannot tell o_pass from a per-pass cost proportional to td:
    on a real 2-seed slice it fitted o_pass = 1,097 us against 352 us with the bigram, and
@@ -164,12 +167,13 @@ class Extended:
     free_loop: bool = False  # T_B and T_S from each trial's measured loops (base_pass_us, free_pass_us)
 
     def times(self, t: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
-        """(T_B, T_S) in microseconds."""
+        """(T_B, T_S) in microseconds; in the free-loop form in units of the baseline loop's pass."""
         t1, td, passes = t["target_pass_us"], t["draft_char_us"], t["target_passes"]
+        if self.free_loop:  # in units of the baseline loop's pass (the per-round ratios)
+            td = t["draft_per_base"]
+            return (t["baseline_passes"].astype(float),
+                    passes * (t["free_per_base"] + self.delta * td) + t["proposed"] * td * (1 + self.gamma))
         drafting = t["proposed"] * td * (1 + self.gamma)
-        if self.free_loop:
-            return (t["baseline_passes"] * t["base_pass_us"],
-                    passes * (t["free_pass_us"] + self.delta * td) + drafting)
         baseline = t["baseline_passes"] * (t1 + self.o_base)
         return baseline, passes * (t1 * (1 + self.b * verify_nodes(t)) + self.o_pass) + drafting
 
@@ -202,7 +206,9 @@ def _solve(a: np.ndarray, y: np.ndarray, robust: bool) -> np.ndarray:
     return np.maximum(fit.x, 0.0)  # trf keeps x inside the bounds; the clip only removes rounding
 
 
-LOOP_TIMES = ["free_pass_us", "base_pass_us"]  # the free-loop form's measured loops
+# the free-loop form's measured loops: per pass, and the free loop and the draft per char in units
+# of the baseline loop's pass, taken within each cost round (measure_cost)
+LOOP_TIMES = ["free_pass_us", "base_pass_us", "free_per_base", "draft_per_base"]
 
 
 def has_free_loop(t: pd.DataFrame) -> bool:
@@ -224,18 +230,18 @@ def fit_extended(t: pd.DataFrame, robust: bool = True, free_loop: bool | None = 
     t_base = t["baseline_s_median"].to_numpy(float) * 1e6
     t_spec = t["speculative_s_median"].to_numpy(float) * 1e6
     if has_free_loop(t) if free_loop is None else free_loop:
-        free, base = t["free_pass_us"].to_numpy(float), t["base_pass_us"].to_numpy(float)
-        # the speculative time the measured ratio implies at the components' speed: the machine's
-        # speed may differ between the cost rounds and the pairs, the ratio of the arms does not
-        implied = n * base * t_spec / t_base
-        left = implied - passes * free - drafted * td
-        design = np.column_stack([passes * td, drafted * td]) / implied[:, None]
+        # in units of the baseline loop's pass: the speculative time the pairs' ratio implies (the
+        # machine's speed may differ between the cost rounds and the pairs; the arms' ratio holds)
+        free, td_rel = t["free_per_base"].to_numpy(float), t["draft_per_base"].to_numpy(float)
+        implied = n * t_spec / t_base
+        left = implied - passes * free - drafted * td_rel
+        design = np.column_stack([passes * td_rel, drafted * td_rel]) / implied[:, None]
         if _rank(design) < 2:
             log.warning("the fitted trials span one k: the draft's in-loop excess per pass and per drafted "
                         "char cannot be told apart")
         delta, gamma = _solve(design, left / implied, robust)
-        o_pass = float(np.median(free - t["verify_pass_us"].to_numpy(float)))
-        o_base = float(np.median(base - t1))
+        o_pass = float(np.median(t["free_pass_us"].to_numpy(float) - tv))
+        o_base = float(np.median(t["base_pass_us"].to_numpy(float) - t1))
         return Extended(float(b), o_pass, float(gamma), o_base, len(t), robust, float(delta), True)
     (o_base,) = _solve((n / t_base)[:, None], (t_base - n * t1) / t_base, robust)
     left = t_spec - passes * t1 * (1 + b * k) - drafted * td

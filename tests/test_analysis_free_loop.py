@@ -1,6 +1,7 @@
 """The extended model's free-loop form: each trial's loops measured with its components (free_pass_us,
 the loop replaying its own proposals at no drafting cost; base_pass_us, the baseline loop), only
-the draft's in-loop excess fitted, on the ratio of the paired arms.
+the draft's in-loop excess fitted, on the ratio of the paired arms; the loops and the draft time
+enter in units of the baseline loop's pass (free_per_base, draft_per_base).
 
 Planted (analysis_fixtures.py's grid and draft times, int4's raised to about int8's as on the real
 sweeps; no noise), written out again here, at the speed of the cost rounds:
@@ -24,6 +25,7 @@ import pandas as pd
 import pytest
 
 import analysis_fixtures as fx
+from analysis.cost_models import LOOP_TIMES as LOOPS
 from analysis.cost_models import fit_extended, has_free_loop, leave_one_draft_out, predict_trials
 
 O_LOOP, O_LOOP_K = 120.0, 15.0   # us per pass, and per drafted position: the loop's own work
@@ -39,6 +41,7 @@ def planted(speed_change: bool) -> pd.DataFrame:
     k, td, passes = t["k"].astype(float), t["draft_char_us"], t["target_passes"]
     t["free_pass_us"] = t["verify_pass_us"] + O_LOOP + O_LOOP_K * k
     t["base_pass_us"] = t["target_pass_us"] + fx.O_BASE
+    t["free_per_base"], t["draft_per_base"] = t["free_pass_us"] / t["base_pass_us"], td / t["base_pass_us"]
     spec_us = passes * (t["free_pass_us"] + DELTA * td) + t["proposed"] * td * (1 + GAMMA)
     # the pairs' speed against the cost rounds', per trial
     speed = np.random.default_rng(0).uniform(0.75, 1.3, len(t)) if speed_change else 1.0
@@ -73,7 +76,7 @@ def test_every_draft_held_out_is_predicted_exactly(trials):
 
 
 def test_negative_control_without_the_loops_the_cheap_draft_held_out_is_off():
-    old = planted(speed_change=False).drop(columns=["free_pass_us", "base_pass_us"])  # no speed change to blame
+    old = planted(speed_change=False).drop(columns=LOOPS)  # no speed change to blame
     assert not has_free_loop(old)
     predicted, fits = leave_one_draft_out(old)
     assert not any(f.free_loop for f in fits.values())
@@ -86,7 +89,7 @@ def test_negative_control_fitted_on_absolute_times_a_speed_change_throws_the_fit
     change, off with it."""
     def absolute_fit(t):
         passes, drafted, td = t["target_passes"], t["proposed"], t["draft_char_us"]
-        t_spec = t["speculative_s_median"] * 1e6
+        t_spec = t["speculative_s_median"] * 1e6  # its absolute time, against the cost rounds' F and td
         design = np.column_stack([passes * td, drafted * td]) / t_spec.to_numpy()[:, None]
         return np.linalg.lstsq(design, ((t_spec - passes * t["free_pass_us"] - drafted * td) / t_spec).to_numpy(),
                                rcond=None)[0]
@@ -96,13 +99,13 @@ def test_negative_control_fitted_on_absolute_times_a_speed_change_throws_the_fit
 
 def test_a_store_where_some_trials_lack_the_loops_uses_the_other_form(trials):
     mixed = trials.copy()
-    mixed.loc[mixed.index[0], "base_pass_us"] = np.nan
+    mixed.loc[mixed.index[0], "free_per_base"] = np.nan
     assert not fit_extended(mixed).free_loop
     assert predict_trials(trials, boots=0).fit.free_loop
 
 
 def test_a_draft_without_the_loops_held_out_is_predicted_in_the_other_form(trials):
-    tree = trials[trials["draft"] == "int4"].assign(draft="bigram+tree", free_pass_us=np.nan, base_pass_us=np.nan)
+    tree = trials[trials["draft"] == "int4"].assign(draft="bigram+tree", **{c: np.nan for c in LOOPS})
     both = pd.concat([trials, tree], ignore_index=True)
     predicted, fits = leave_one_draft_out(both)
     assert not fits["bigram+tree"].free_loop and not fits["bigram"].free_loop  # each fold sees a tree trial
@@ -117,5 +120,5 @@ def test_the_fit_table_shows_delta_and_says_which_overheads_are_measured(trials)
     assert rows.loc["delta", "all drafts"] == pytest.approx(DELTA, rel=1e-6)
     assert "measured" in rows.loc["o_pass", "meaning"] and "measured" in rows.loc["o_base", "meaning"]
     assert "T_B = n F_B" in table.note
-    old = fit_table(predict_trials(planted(False).drop(columns=["free_pass_us", "base_pass_us"]), boots=0))
+    old = fit_table(predict_trials(planted(False).drop(columns=LOOPS), boots=0))
     assert "delta" not in set(old.df["parameter"]) and "T_B = n (t1 + o_base)" in old.note

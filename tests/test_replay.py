@@ -84,6 +84,7 @@ def test_measure_cost_times_the_free_loop_per_pass(tiny, drafts):
                         loops={"free": run, "base": base})
     assert {"target_pass_us", "verify_pass_us", "draft_char_us", "c", "free_pass_us", "base_pass_us"} <= set(cost)
     assert cost["free_pass_us"] > 0 and cost["base_pass_us"] > 0
+    assert {"target_per_base", "verify_per_base", "draft_per_base", "free_per_base"} <= set(cost)
     assert len(calls) == 1 + 3                            # a warm-up, then one run a round
     assert "free_pass_us" not in measure_cost(target.model, drafts["int8"], prompt, 2, 1.0, 2, "cpu", rounds=1)
 

@@ -127,8 +127,19 @@ def test_killed_trial_fails_alone_and_the_rerun_resumes(tmp_path, smoke_stores):
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"              # the same sweep, continued
     assert trial_counters(f"sqlite:///{store}/mlflow.db") == trial_counters(smoke_stores[1][0])
 
-    everything = subprocess.run(cmd + ["resume=false"], cwd=REPO, capture_output=True, text=True, timeout=600)
-    assert everything.returncode == 0 and "6 cells: 0 done, 6 to run" in everything.stdout + everything.stderr
+    # resume=false plans every cell again; the plan is all this checks, so the sweep is stopped there
+    everything = subprocess.Popen(cmd + ["resume=false"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True, start_new_session=True)
+    plan = ""
+    try:
+        for plan in everything.stdout:
+            if " cells: " in plan:
+                break
+    finally:
+        os.killpg(everything.pid, signal.SIGKILL)  # the sweep and its workers, by process group
+        everything.wait(timeout=60)
+        everything.stdout.close()
+    assert "6 cells: 0 done, 6 to run" in plan, plan
 
 
 def _one_line_error(proc, message):

@@ -17,7 +17,7 @@ import pytest
 
 from src.engine.errors import SpecsweepError
 from src.engine.timing import (FIXED, PAIRS_CAP, TIME_CAP, WIDTH, interleaved_medians, median_interval, median_rank,
-                               median_time, paired_timing, rank_coverage, stop_reason, timing_options)
+                               median_time, paired_timing, rank_coverage, round_ratio, stop_reason, timing_options)
 
 RATIO = 1.3  # planted: baseline takes 1.3 x the speculative arm's time (before noise)
 
@@ -256,6 +256,20 @@ def test_interleaved_rounds_spread_a_burst_over_components():
     sequential = {name: median_time(fn, 1, 7, clock=clock) for name, fn in fns.items()}
     assert sequential["target"] == COSTS["target"] and sequential["draft"] == COSTS["draft"]
     assert sequential["verify"] == 10 * COSTS["verify"]  # the whole burst on one component
+
+
+def test_a_ratio_within_rounds_holds_where_the_ratio_of_medians_does_not():
+    """The machine runs fast in rounds 0-3 and half as fast in rounds 4-6, and a burst (10x) hits
+    component A in two fast rounds: A's median comes from a slow round, B's from a fast one, so
+    the ratio of the medians is 2x off (negative control); the median of the per-round ratios is
+    the planted 3."""
+    speed = [1, 1, 1, 1, 2, 2, 2]
+    a = [3.0 * s * (10 if r in (0, 1) else 1) for r, s in enumerate(speed)]
+    b = [1.0 * s for s in speed]
+    assert round_ratio(a, b) == 3.0
+    assert statistics.median(a) / statistics.median(b) == 6.0
+    with pytest.raises(ValueError):
+        round_ratio(a, b[:-1])
 
 
 def test_interleaved_rounds_rotate_the_order():

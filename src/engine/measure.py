@@ -12,7 +12,7 @@ import torch
 from .decode import prefill
 from .drafts.base import Draft
 from .sampling import probs_from_logits, sample, speculative_accept, tvd, uniforms
-from .timing import interleaved_medians
+from .timing import interleaved_medians, interleaved_rounds, round_ratio
 from .tree import TreeMasks, build_tree, max_nodes, tree_accept, tree_inputs
 
 
@@ -46,6 +46,9 @@ def measure_cost(target, draft: Draft, prompt: list[int], k: int, temperature: f
     speculative loop with a free draft (src/engine/replay.py: the verify pass inside the loop plus
     the loop's own work, no drafting), and `base`, the baseline loop (a target pass plus its
     sampling), so that the cost model's loop times are measured in the same rounds as t1 and td.
+    With a `base` loop, `<name>_per_base` gives each other component (target, verify, draft per
+    char, the other loops per pass) in units of the base loop's pass, taken within each round and
+    then the median over rounds (`round_ratio`): the machine's speed cancels as in a pair.
     A draft on the target's hidden state (heads) observes the prefill's last row first, so its
     proposal is the heads' forward and k draws, as in the loop."""
     if tree_widths is not None:
@@ -69,10 +72,17 @@ def measure_cost(target, draft: Draft, prompt: list[int], k: int, temperature: f
     # blocks' passes cost the same whatever the slots beyond it hold
     loops = loops or {}
     blocks |= {f"{name} loop": (run, 1) for name, (run, _) in loops.items()}
-    t = interleaved_medians(blocks, rounds, device)
+    per_round = interleaved_rounds(blocks, rounds, device)
+    per_round["draft"] = [x / k for x in per_round["draft"]]   # per drafted char
+    for name, (_, passes) in loops.items():                    # per pass
+        per_round[name] = [x / passes for x in per_round.pop(f"{name} loop")]
+    t = {name: statistics.median(x) for name, x in per_round.items()}
     out = {"target_pass_us": t["target"] * 1e6, "verify_pass_us": t["verify"] * 1e6,
-           "draft_char_us": t["draft"] / k * 1e6, "c": t["draft"] / k / t["target"]}
-    return out | {f"{name}_pass_us": t[f"{name} loop"] / passes * 1e6 for name, (_, passes) in loops.items()}
+           "draft_char_us": t["draft"] * 1e6, "c": t["draft"] / t["target"]}
+    out |= {f"{name}_pass_us": t[name] * 1e6 for name in loops}
+    if "base" in loops:  # every other component in units of the baseline loop's pass, within each round
+        out |= {f"{name}_per_base": round_ratio(x, per_round["base"]) for name, x in per_round.items() if name != "base"}
+    return out
 
 
 @torch.no_grad()

@@ -18,7 +18,8 @@ is the level asked for (tests/test_timing.py checks this).
 
 Every timed run also records CPU time / wall time: well below 1 for a single-threaded run means
 the process was descheduled. Component costs (`interleaved_medians`) are timed in interleaved
-rounds so that a burst of load cannot hit one component alone.
+rounds so that a burst of load cannot hit one component alone; `round_ratio` takes two
+components' ratio within each round, as a pair does.
 
 Everything here takes callables and clocks, so tests can plant a timer.
 """
@@ -75,6 +76,22 @@ def interleaved_medians(blocks: dict[str, tuple[Callable[[], object], int]], rou
     every component, in an order rotated by r (A B C, B C A, C A B, ...), so a burst of load
     lasting a few blocks lands on several components, in few rounds of each, instead of on all
     rounds of one component; the median over rounds then drops it."""
+    per_call = interleaved_rounds(blocks, rounds, device, clock)
+    return {name: statistics.median(v) for name, v in per_call.items()}
+
+
+def round_ratio(a: list[float], b: list[float]) -> float:
+    """Median over rounds of a[r] / b[r]: two components' ratio taken within each round, where the
+    machine ran at one speed, as a pair's ratio is. On a machine whose speed changes from round to
+    round the ratio of the two medians can mix a fast round of one with a slow round of the
+    other (tests/test_timing.py plants that)."""
+    return statistics.median(x / y for x, y in zip(a, b, strict=True))
+
+
+def interleaved_rounds(blocks: dict[str, tuple[Callable[[], object], int]], rounds: int = 7,
+                       device: str = "cpu", clock: Clock = time.perf_counter) -> dict[str, list[float]]:
+    """name -> the mean seconds per call of its block in each of `rounds` rotated rounds
+    (interleaved_medians, which takes their medians)."""
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
     names = list(blocks)
@@ -87,7 +104,7 @@ def interleaved_medians(blocks: dict[str, tuple[Callable[[], object], int]], rou
             fn, reps = blocks[name]
             wall, _ = timed(lambda: [fn() for _ in range(reps)], device, clock)
             per_call[name].append(wall / reps)
-    return {name: statistics.median(v) for name, v in per_call.items()}
+    return per_call
 
 
 def rank_coverage(n: int, j: int) -> float:
