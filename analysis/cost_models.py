@@ -62,7 +62,7 @@ c. extended     time of one generation
    mispredicted the bigram by up to 43%. tests/test_analysis_free_loop.py plants that case.
    Trials without the loop times (trees, timing.free_loop=false, older stores) are fitted in
    the (o_pass, gamma) form; a fit takes the free-loop form only where all its trials have them
-   (`has_free_loop`) and, in the held-out folds, the predicted trials too (`fit_to_predict`).
+   (`has_free_loop`) and, in the held-out folds, the predicted trials too (`free_form`).
    Validated leave-one-draft-out: the parameters are fitted on the other drafts' trials and
    predict the held-out draft's trials from that draft's own counters and component times.
    And fitted on the seed's drafts only (PAPER_DRAFTS), predicting every other draft: the
@@ -219,7 +219,7 @@ def has_free_loop(t: pd.DataFrame) -> bool:
 def fit_extended(t: pd.DataFrame, robust: bool = True, free_loop: bool | None = None) -> Extended:
     """The parameters from the trials' counters, component times and arm medians (module docstring).
     free_loop: fit the free-loop form (delta, gamma) rather than (o_pass, gamma); None: where every
-    trial has free_pass_us (`has_free_loop`)."""
+    trial has the loop times (`has_free_loop`)."""
     k = verify_nodes(t).to_numpy(float)
     t1, td = t["target_pass_us"].to_numpy(float), t["draft_char_us"].to_numpy(float)
     n, passes, drafted = (t[c].to_numpy(float) for c in ("baseline_passes", "target_passes", "proposed"))
@@ -253,10 +253,15 @@ def fit_extended(t: pd.DataFrame, robust: bool = True, free_loop: bool | None = 
     return Extended(float(b), float(o_pass), float(gamma), float(o_base), len(t), robust)
 
 
+def free_form(fitted: pd.DataFrame, predicted: pd.DataFrame) -> bool:
+    """Fit `fitted` in the free-loop form to predict `predicted`: only where both measured their loops
+    (a tree draft held out, say, has none to be predicted from)."""
+    return has_free_loop(fitted) and has_free_loop(predicted)
+
+
 def fit_to_predict(fitted: pd.DataFrame, predicted: pd.DataFrame, robust: bool = True) -> Extended:
-    """fit_extended on `fitted`, in the free-loop form only where the `predicted` trials measured their
-    free loop too (a tree draft held out, say, has none to be predicted from)."""
-    return fit_extended(fitted, robust, free_loop=has_free_loop(fitted) and has_free_loop(predicted))
+    """fit_extended on `fitted`, in the form `predicted` can be predicted in (`free_form`)."""
+    return fit_extended(fitted, robust, free_loop=free_form(fitted, predicted))
 
 
 OUTLIER_COLUMNS = KEY + ["run_id", "component", "value", "cell median", "robust z"]
@@ -335,7 +340,7 @@ def held_out_intervals(t: pd.DataFrame, boots: int = BOOTSTRAP, seed: int = BOOT
         held = (t["draft"] == draft).to_numpy()
         rest, target = t[~held], t[held]
         members = group_members(rest["draft"].to_numpy())  # found once per fold, drawn from per refit
-        free = has_free_loop(rest) and has_free_loop(target)
+        free = free_form(rest, target)  # decided once per fold, not per refit
         cells = []  # each refit's cell predictions (a Series over the held draft's k)
         for _ in range(boots):
             pred = fit_extended(rest.iloc[resample_within(members, rng)], free_loop=free).predict(target)

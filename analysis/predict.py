@@ -31,8 +31,9 @@ Prediction per k (pure functions below, no loop is run):
     speedup          cpp(k) (t1 + o_base) / (tv(k) + o_pass + n(k) td (1 + gamma))
 with n(k) = k drafted chars (tree: mean drafted nodes per pass) and o_base, o_pass (us), gamma the
 extended cost model's loop overheads (analysis/cost_models.py, its (o_pass, gamma) form: no free
-loop is timed here, so o_pass stays fitted), fitted on a finished sweep's trials (`--fit-sweep`, its drafts in `--fit-drafts`; fitted on that sweep's machine, so the
-overheads in microseconds carry over only to a machine of that speed); without it all three are
+loop is timed here, so o_pass stays fitted), fitted on a finished sweep's trials (`--fit-sweep`,
+its drafts in `--fit-drafts`; fitted on that sweep's machine, so the overheads in microseconds
+carry over only to a machine of that speed); without it all three are
 0 and the output says so. With them 0 and tv = t1 the formula is the seed's cpp / (1 + k c).
 The recommended setting is the one with the highest predicted speedup; where none is above 1x, the
 advice is not to speculate.

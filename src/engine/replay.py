@@ -15,7 +15,8 @@ Replaying costs a list lookup and one `Generator.set_state` per pass.
 
 Row objects (table drafts' lazily built `MixtureRow`s) are handed back as shallow copies, so
 the dense row the acceptance test builds on a rejection is built again each run, as in the real
-loop (a tensor or plain lists of floats hold no such state and go back as they are). Chains only: a tree draws its candidates in `build_tree`, outside the draft.
+loop (a tensor or plain lists of floats hold no such state and go back as they are).
+Chains only: a tree draws its candidates in `build_tree`, outside the draft.
 """
 from __future__ import annotations
 

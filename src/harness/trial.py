@@ -278,15 +278,16 @@ def build_draft(cfg: DictConfig, target: TrainedTarget, corpus, draft_cfg: DictC
         raise SpecsweepError(f"cannot build draft {draft_cfg.get('name', '?')!r}: {cause}") from None
 
 
-def free_loop_run(model, recorder: ProposalRecorder, prompt, n: int, k: int, T: float, new_gen, g):
-    """(run, passes) for measure_cost's free loop (`loops`): the loop replaying the counter run's recorded
-    proposals (src/engine/replay.py), timed as the speculative arm is (no overlap counter). Run
-    once here, untimed, to check it makes the counter run's passes and chars; None, with a
-    warning, where it does not (a draft that is not deterministic given the seed)."""
+def free_loop_run(speculate, recorder: ProposalRecorder, g):
+    """(run, passes) for measure_cost's free loop (`loops`): the loop replaying the counter run's
+    recorded proposals (src/engine/replay.py), timed as the speculative arm is (no overlap
+    counter); speculate(track_overlap, with_draft) runs the trial's loop. Run once here, untimed, to
+    check it makes the counter run's passes and chars; None, with a warning, where it does not (a
+    draft that is not deterministic given the seed)."""
     free = ReplayDraft(recorder)
 
     def run():
-        return generate_speculative(model, free, prompt, n, k, T, new_gen(), track_overlap=False)
+        return speculate(False, free)
     try:
         replayed = run()
     except RuntimeError:
@@ -314,18 +315,21 @@ def run_trial(cfg: DictConfig, progress: bool = True, loaded=None, timing_lock=N
     def new_gen():
         return torch.Generator(device=device).manual_seed(cfg.seed)
 
-    def speculate(gen, track_overlap=True):
+    def speculate(track_overlap=True, with_draft=draft):
+        """One run of the trial's loop from its seed (with_draft: the draft, or a stand-in for it)."""
         if widths is None:
-            return generate_speculative(model, draft, prompt, n, k, T, gen, track_overlap=track_overlap)
-        return generate_tree(model, draft, prompt, n, widths, T, gen, track_overlap=track_overlap)
+            return generate_speculative(model, with_draft, prompt, n, k, T, new_gen(), track_overlap=track_overlap)
+        return generate_tree(model, with_draft, prompt, n, widths, T, new_gen(), track_overlap=track_overlap)
+
+    def baseline():
+        return generate_baseline(model, prompt, n, T, new_gen())
 
     # deterministic counters: exact given the seed; a chain's proposals recorded for the free loop
-    recorder = ProposalRecorder(draft) if widths is None and cfg.timing.get("free_loop", True) else None
-    g = speculate(new_gen()) if recorder is None else generate_speculative(model, recorder, prompt, n, k, T, new_gen())
-    free_run = None if recorder is None else free_loop_run(model, recorder, prompt, n, k, T, new_gen, g)
+    recorder = ProposalRecorder(draft) if widths is None and cfg.timing.free_loop else None
+    g = speculate(with_draft=draft if recorder is None else recorder)
+    free_run = None if recorder is None else free_loop_run(speculate, recorder, g)
     # the free loop and the baseline loop, timed with the components (the cost model's loop times)
-    loops = None if free_run is None else {"free": free_run,
-                                           "base": (lambda: generate_baseline(model, prompt, n, T, new_gen()), n)}
+    loops = None if free_run is None else {"free": free_run, "base": (baseline, n)}
     metrics = {
         "acceptance": g.accepted / g.proposed,
         "position_acceptance": g.accepted / g.tested,
@@ -348,8 +352,7 @@ def run_trial(cfg: DictConfig, progress: bool = True, loaded=None, timing_lock=N
     with timing_lock or nullcontext():
         metrics.update(measure_cost(model, draft, prompt, k, T, cfg.timing.cost_reps, device, tree_widths=widths,
                                     loops=loops))
-        timing = paired_timing(lambda: generate_baseline(model, prompt, n, T, new_gen()),
-                               lambda: speculate(new_gen(), track_overlap=False),
+        timing = paired_timing(baseline, lambda: speculate(track_overlap=False),
                                cfg.timing.pairs, device, **timing_options_of(cfg))
     metrics.update(timing.summary())
     metrics["predicted_speedup"] = metrics["chars_per_pass"] / (1 + per_pass * metrics["c"])
