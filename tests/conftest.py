@@ -22,7 +22,8 @@ def compose_cfg(corpus_path, cache_dir, *overrides: str):
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         return compose("config", overrides=[
             "model=tiny", "train=quick", f"data.path={corpus_path}", f"data.cache_dir={cache_dir}",
-            f"prompt='{PROMPT}'", "n_chars=64", "timing.pairs=1", "timing.cost_reps=2", *overrides])
+            f"prompt='{PROMPT}'", "n_chars=64", "timing.pairs=1", "timing.cost_reps=2",
+            "timing.cost_width=null", *overrides])  # fixed cost rounds; tests/test_timing.py asks for adaptive ones
 
 
 @pytest.fixture(scope="session", autouse=True)

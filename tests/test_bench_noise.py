@@ -158,6 +158,14 @@ def test_cell_agreement_needs_each_median_inside_the_other_interval():
     assert a.loc[("a", 4), "measured_loaded"] == 1.25 and a.loc[("a", 4), "hi_quiet"] == 1.30
 
 
+def test_rounds_spent():
+    f = pd.DataFrame({"cost_rounds": [7, 12, 21], "cost_width_reached": [1, 1, 0]})
+    assert bn.rounds_spent(f) == {"trials": 3, "median": 12, "max": 21, "width share": 2 / 3}
+    fixed = bn.rounds_spent(f.drop(columns="cost_width_reached"))  # fixed rounds log no cost_width_reached
+    assert np.isnan(fixed["width share"]) and fixed["max"] == 21
+    assert bn.rounds_spent(pd.DataFrame({"timed_s": [1.0]}))["trials"] == 0  # older runs: nothing to count
+
+
 def test_pairs_spent():
     f = pd.DataFrame({"pairs_used": [6, 8, 24], "width_reached": [1, 1, 0], "timed_s": [1.0, 2.0, 3.0]})
     assert bn.pairs_spent(f) == {"trials": 3, "median": 8, "max": 24, "width share": 2 / 3, "timed s": 6.0}

@@ -16,8 +16,10 @@ from itertools import product
 import pytest
 
 from src.engine.errors import SpecsweepError
-from src.engine.timing import (FIXED, PAIRS_CAP, TIME_CAP, WIDTH, interleaved_medians, median_interval, median_rank,
-                               median_time, paired_timing, rank_coverage, round_ratio, stop_reason, timing_options)
+from src.engine.measure import pass_per_reference
+from src.engine.timing import (FIXED, PAIRS_CAP, ROUNDS_CAP, TIME_CAP, WIDTH, adaptive_rounds, cost_round_options,
+                               interleaved_medians, median_interval, median_rank, median_time, paired_timing,
+                               rank_coverage, relative_width, round_ratio, stop_reason, timing_options)
 
 RATIO = 1.3  # planted: baseline takes 1.3 x the speculative arm's time (before noise)
 
@@ -323,3 +325,110 @@ def test_bad_timing_options_are_refused_before_any_work(tmp_path):
         validate(cfg)
     validate(compose_cfg(tmp_path / "missing.txt", tmp_path, "timing.target_width=null", "timing.max_pairs=null",
                          "timing.max_seconds=null"))  # fixed pairs need no cap
+
+
+# Adaptive cost rounds -------------------------------------------------------------------------
+
+def planted_rounds(clock: FakeClock, noise):
+    """Two components, A at 1 s a call and B at 3 s, each call x an independent noise factor:
+    the per-round ratio B / A has median 3 and a spread set by the noise."""
+    def component(cost):
+        def call():
+            clock.t += cost * noise()
+        return call
+    return {"A": (component(1.0), 1), "B": (component(3.0), 1)}
+
+
+def ratio_width(per_call, level=0.95):
+    return relative_width([b / a for a, b in zip(per_call["A"], per_call["B"])], level)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_adaptive_rounds_stop_at_the_first_round_the_width_is_reached(seed):
+    """Noise (lognormal, 5% a call) that needs more than the minimum of 7 rounds for a 10%
+    interval: the rounds stop at the first round where the width test passes, never earlier and
+    never later, and every component has a block in every round."""
+    clock = FakeClock()
+    enough = lambda pc: ratio_width(pc) <= 0.10  # noqa: E731
+    per_call, stop = adaptive_rounds(planted_rounds(clock, lognormal(random.Random(seed), 0.05)), rounds=7,
+                                     enough=enough, max_rounds=200, clock=clock)
+    n = len(per_call["A"])
+    assert stop == WIDTH and len(per_call["B"]) == n and n > 7  # (12-17 rounds at these seeds)
+    assert ratio_width(per_call) <= 0.10
+    assert all(ratio_width({name: v[:m] for name, v in per_call.items()}) > 0.10 for m in range(7, n))
+
+
+def test_adaptive_rounds_stop_at_a_cap_when_the_width_cannot_be_reached():
+    """Heavy-tailed noise and a 1% width: the rounds stop at max_rounds exactly (ROUNDS_CAP), or
+    at the first round whose timed blocks pass max_seconds (TIME_CAP), and say which."""
+    enough = lambda pc: ratio_width(pc) <= 0.01  # noqa: E731
+    clock = FakeClock()
+    per_call, stop = adaptive_rounds(planted_rounds(clock, heavy_tailed(random.Random(3))), rounds=7,
+                                     enough=enough, max_rounds=12, clock=clock)
+    assert stop == ROUNDS_CAP and len(per_call["A"]) == len(per_call["B"]) == 12
+    clock = FakeClock()
+    per_call, stop = adaptive_rounds(planted_rounds(clock, heavy_tailed(random.Random(3))), rounds=7,
+                                     enough=enough, max_rounds=1000, max_seconds=100.0, clock=clock)
+    timed = [a + b for a, b in zip(per_call["A"], per_call["B"])]  # 1 call a block: seconds per round
+    assert stop == TIME_CAP and sum(timed) >= 100.0 > sum(timed[:-1])
+    # the caps never cut below the minimum
+    clock = FakeClock()
+    per_call, stop = adaptive_rounds(planted_rounds(clock, heavy_tailed(random.Random(3))), rounds=7,
+                                     enough=enough, max_rounds=2, max_seconds=1e-9, clock=clock)
+    assert len(per_call["A"]) == 7 and stop in (ROUNDS_CAP, TIME_CAP)
+
+
+def test_fixed_rounds_and_bad_arguments():
+    clock = FakeClock()
+    per_call, stop = adaptive_rounds(planted_rounds(clock, heavy_tailed(random.Random(0))), rounds=5, clock=clock)
+    assert stop == FIXED and len(per_call["A"]) == 5
+    with pytest.raises(ValueError, match="need a cap"):
+        adaptive_rounds(planted_rounds(clock, lambda: 1.0), enough=lambda pc: True, clock=clock)
+    with pytest.raises(ValueError, match="rounds must be >= 1"):
+        adaptive_rounds(planted_rounds(clock, lambda: 1.0), rounds=0, clock=clock)
+    assert cost_round_options() == {"width": None, "level": 0.95, "max_rounds": None, "max_seconds": None}
+    assert cost_round_options(0.05, 0.9, 21, None) == {"width": 0.05, "level": 0.9, "max_rounds": 21,
+                                                      "max_seconds": None}
+    for kw, message in [(dict(cost_width=-1), "timing.cost_width must be a number >= 0"),
+                        (dict(cost_width=0.05, cost_max_rounds=1.5), "timing.cost_max_rounds must be an integer"),
+                        (dict(cost_width=0.05, cost_max_seconds=0), "timing.cost_max_seconds must be a number > 0"),
+                        (dict(cost_width=0.05), "timing.cost_width needs a cap")]:
+        with pytest.raises(SpecsweepError, match=message):
+            cost_round_options(**kw)
+
+
+def test_relative_width_is_inf_with_too_few_values():
+    assert relative_width([1.0, 1.1, 0.9], 0.95) == math.inf   # [min, max] of 3 covers at 75%
+    assert relative_width([1.0] * 6 + [2.0], 0.95) == 1.0     # [min, max] of 7 at 98.4%: (2 - 1) / 1
+
+
+def test_pass_per_reference_adds_the_components_per_round():
+    """Per round: (free loop per pass + one proposal) / (baseline loop per pass), from the blocks'
+    seconds per call; without loops, (verify pass + one proposal) / target pass."""
+    per_call = {"target": [1.0, 2.0], "verify": [1.5, 3.0], "draft": [0.5, 2.0],
+                "free loop": [20.0, 30.0], "base loop": [100.0, 300.0]}
+    loops = {"free": (None, 10), "base": (None, 100)}
+    assert pass_per_reference(per_call, loops) == [(2.0 + 0.5) / 1.0, (3.0 + 2.0) / 3.0]
+    assert pass_per_reference(per_call, {}) == [(1.5 + 0.5) / 1.0, (3.0 + 2.0) / 2.0]
+
+
+def test_adaptive_cost_rounds_in_a_trial(tiny):
+    """A real trial with adaptive cost rounds (a width no real machine reaches, and a 9-round
+    cap): it logs the rounds it took and why it stopped, consistently; with cost_width null,
+    exactly 7 rounds and no width_reached flag."""
+    from src.harness.render import trial_block
+    from src.harness.trial import run_trial
+    from tests.conftest import compose_cfg
+    cfg, corpus, target = tiny
+    for width, expect in [(1e-6, 0), (10.0, 1)]:
+        trial_cfg = compose_cfg(cfg.data.path, cfg.data.cache_dir, "draft=bigram", "k=2",
+                                f"timing.cost_width={width}", "timing.cost_max_rounds=9", "timing.cost_max_seconds=null")
+        r = run_trial(trial_cfg, progress=False, loaded=(corpus, target))
+        m = r.metrics
+        assert m["cost_width_reached"] == expect
+        assert m["cost_rounds"] == (9 if expect == 0 else 7)
+        assert (m["cost_pass_width"] <= width) == bool(expect)
+        assert f"({m['cost_rounds']} rounds, {'width' if expect else 'cap'} reached)" in trial_block(trial_cfg, r)
+    m = run_trial(compose_cfg(cfg.data.path, cfg.data.cache_dir, "draft=bigram", "k=2"), progress=False,
+                  loaded=(corpus, target)).metrics
+    assert m["cost_rounds"] == 7 and "cost_width_reached" not in m

@@ -4,6 +4,7 @@ The trial (src/harness/trial.py) calls them; `make bench` and the tests call the
 """
 from __future__ import annotations
 
+import math
 import statistics
 import time
 
@@ -12,7 +13,7 @@ import torch
 from .decode import prefill
 from .drafts.base import Draft
 from .sampling import probs_from_logits, sample, speculative_accept, tvd, uniforms
-from .timing import interleaved_medians, interleaved_rounds, round_ratio
+from .timing import FIXED, WIDTH, adaptive_rounds, interleaved_medians, relative_width, round_ratio
 from .tree import TreeMasks, build_tree, max_nodes, tree_accept, tree_inputs
 
 
@@ -31,8 +32,23 @@ def proposal(draft: Draft, prompt: list[int], k: int, temperature: float, gen: t
 
 
 @torch.no_grad()
+def pass_per_reference(per_call: dict[str, list[float]], loops: dict) -> list[float]:
+    """Per round: the time of one speculative pass as the components add up (the free loop's pass,
+    or the verify pass without one, plus one k-char proposal) over the reference pass (the
+    baseline loop's, or the target pass without one). per_call: adaptive_rounds' blocks, per call."""
+    proposal_s = per_call["draft"]  # one k-char proposal per call
+    if "free" in loops and "base" in loops:
+        spec = [x / loops["free"][1] for x in per_call["free loop"]]
+        ref = [x / loops["base"][1] for x in per_call["base loop"]]
+    else:
+        spec, ref = per_call["verify"], per_call["target"]
+    return [(s + d) / r for s, d, r in zip(spec, proposal_s, ref)]
+
+
+@torch.no_grad()
 def measure_cost(target, draft: Draft, prompt: list[int], k: int, temperature: float, reps: int, device: str,
-                 rounds: int = 7, tree_widths=None, loops=None) -> dict:
+                 rounds: int = 7, tree_widths=None, loops=None, width: float | None = None, level: float = 0.95,
+                 max_rounds: int | None = None, max_seconds: float | None = None) -> dict:
     """Component times in microseconds: one 1-char target pass, one (k+1)-char verify pass, and
     the draft's time per drafted char (a whole k-char proposal, its Python loop included,
     divided by k). The three are timed in `rounds` interleaved rounds (a block of `reps` calls
@@ -49,6 +65,12 @@ def measure_cost(target, draft: Draft, prompt: list[int], k: int, temperature: f
     With a `base` loop, `<name>_per_base` gives each other component (target, verify, draft per
     char, the other loops per pass) in units of the base loop's pass, taken within each round and
     then the median over rounds (`round_ratio`): the machine's speed cancels as in a pair.
+    width (chains): adaptive rounds. `rounds` is the minimum; rounds are added one at a time until
+    the interval (at `level`) for the median of the per-round speculative pass over the reference
+    pass (`pass_per_reference`: what the cost model's speculative time is built from) is at most
+    `width` of its median wide, or max_rounds rounds or max_seconds of timed blocks are reached.
+    Logged: `cost_rounds`, `cost_pass_width` (that interval's relative width) and, when adaptive,
+    `cost_width_reached` (1 when it stopped on the width, 0 on a cap).
     A draft on the target's hidden state (heads) observes the prefill's last row first, so its
     proposal is the heads' forward and k draws, as in the loop."""
     if tree_widths is not None:
@@ -72,7 +94,17 @@ def measure_cost(target, draft: Draft, prompt: list[int], k: int, temperature: f
     # blocks' passes cost the same whatever the slots beyond it hold
     loops = loops or {}
     blocks |= {f"{name} loop": (run, 1) for name, (run, _) in loops.items()}
-    per_round = interleaved_rounds(blocks, rounds, device)
+    adaptive = bool(width)
+
+    def pass_width(per_call):
+        return relative_width(pass_per_reference(per_call, loops), level)
+    per_round, stop = adaptive_rounds(blocks, rounds, (lambda pc: pass_width(pc) <= width) if adaptive else None,
+                                      max_rounds, max_seconds, device)
+    stats = {"cost_rounds": len(per_round["target"])}
+    if math.isfinite(w := pass_width(per_round)):  # too few rounds to say: not logged
+        stats["cost_pass_width"] = w
+    if stop != FIXED:
+        stats["cost_width_reached"] = int(stop == WIDTH)
     per_round["draft"] = [x / k for x in per_round["draft"]]   # per drafted char
     for name, (_, passes) in loops.items():                    # per pass
         per_round[name] = [x / passes for x in per_round.pop(f"{name} loop")]
@@ -80,6 +112,7 @@ def measure_cost(target, draft: Draft, prompt: list[int], k: int, temperature: f
     out = {"target_pass_us": t["target"] * 1e6, "verify_pass_us": t["verify"] * 1e6,
            "draft_char_us": t["draft"] * 1e6, "c": t["draft"] / t["target"]}
     out |= {f"{name}_pass_us": t[name] * 1e6 for name in loops}
+    out |= stats
     if "base" in loops:  # every other component in units of the baseline loop's pass, within each round
         out |= {f"{name}_per_base": round_ratio(x, per_round["base"]) for name, x in per_round.items() if name != "base"}
     return out

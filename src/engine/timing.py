@@ -19,7 +19,9 @@ is the level asked for (tests/test_timing.py checks this).
 Every timed run also records CPU time / wall time: well below 1 for a single-threaded run means
 the process was descheduled. Component costs (`interleaved_medians`) are timed in interleaved
 rounds so that a burst of load cannot hit one component alone; `round_ratio` takes two
-components' ratio within each round, as a pair does.
+components' ratio within each round, as a pair does. Rounds are repeated the way pairs are
+(`adaptive_rounds`): a minimum, then one more round at a time until a caller's width test
+passes or a cap (rounds, seconds) is reached.
 
 Everything here takes callables and clocks, so tests can plant a timer.
 """
@@ -39,6 +41,7 @@ from .errors import SpecsweepError
 Clock = Callable[[], float]
 
 FIXED, WIDTH, PAIRS_CAP, TIME_CAP = "fixed", "width", "pairs cap", "time cap"  # why a paired timing stopped
+ROUNDS_CAP = "rounds cap"  # why adaptive cost rounds stopped (or WIDTH, TIME_CAP, FIXED)
 
 
 def synchronize(device: str) -> None:
@@ -92,19 +95,47 @@ def interleaved_rounds(blocks: dict[str, tuple[Callable[[], object], int]], roun
                        device: str = "cpu", clock: Clock = time.perf_counter) -> dict[str, list[float]]:
     """name -> the mean seconds per call of its block in each of `rounds` rotated rounds
     (interleaved_medians, which takes their medians)."""
+    return adaptive_rounds(blocks, rounds, device=device, clock=clock)[0]
+
+
+def adaptive_rounds(blocks: dict[str, tuple[Callable[[], object], int]], rounds: int = 7,
+                    enough: Callable[[dict[str, list[float]]], bool] | None = None,
+                    max_rounds: int | None = None, max_seconds: float | None = None,
+                    device: str = "cpu", clock: Clock = time.perf_counter) -> tuple[dict[str, list[float]], str]:
+    """(name -> mean seconds per call of its block in each round, why it stopped).
+
+    Each fn is called once untimed first; round r then times one block of every component in an
+    order rotated by r. Fixed (enough None): exactly `rounds` rounds (FIXED). Adaptive: `rounds`
+    is the minimum; after each further round, enough(per_call) stops it (WIDTH), else max_rounds
+    rounds (ROUNDS_CAP) or max_seconds of timed blocks (TIME_CAP) do; the caps never cut below
+    `rounds`. Rounds are added whole, so every component gets as many blocks as every other."""
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
+    if enough is not None and max_rounds is None and max_seconds is None:
+        raise ValueError("adaptive rounds need a cap: max_rounds or max_seconds")
     names = list(blocks)
     for fn, _ in blocks.values():
         fn()  # warm-ups
     per_call: dict[str, list[float]] = {name: [] for name in names}
-    for r in range(rounds):
+    timed_s, r = 0.0, 0
+    while True:
         s = r % len(names)
         for name in names[s:] + names[:s]:
             fn, reps = blocks[name]
             wall, _ = timed(lambda: [fn() for _ in range(reps)], device, clock)
             per_call[name].append(wall / reps)
-    return per_call
+            timed_s += wall
+        r += 1
+        if r < rounds:
+            continue
+        if enough is None:
+            return per_call, FIXED
+        if enough(per_call):
+            return per_call, WIDTH
+        if max_rounds is not None and r >= max_rounds:
+            return per_call, ROUNDS_CAP
+        if max_seconds is not None and timed_s >= max_seconds:
+            return per_call, TIME_CAP
 
 
 def rank_coverage(n: int, j: int) -> float:
@@ -141,8 +172,10 @@ def median_interval(xs: list[float], level: float) -> tuple[float, float, float]
 
 
 def relative_width(xs: list[float], level: float) -> float:
-    lo, hi, _ = median_interval(xs, level)
-    return (hi - lo) / statistics.median(xs)
+    """Width of the interval for the median of xs at `level`, over the median; inf when even
+    [min, max] covers the median below `level` (too few values to say)."""
+    lo, hi, coverage = median_interval(xs, level)
+    return (hi - lo) / statistics.median(xs) if coverage >= level else math.inf
 
 
 def adaptive(target_width: float | None) -> bool:
@@ -173,26 +206,48 @@ def stop_reason(ratios: list[float], timed_s: float, pairs: int, target_width: f
     return None
 
 
+def _number(name, value, lo, hi=math.inf, open_lo=False) -> None:
+    """A SpecsweepError of one sentence unless value is a finite number in range."""
+    bad = (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+           or value < lo or (open_lo and value == lo) or value >= hi)
+    if bad:
+        rng = f"in ({lo}, {hi})" if hi < math.inf else f"{'>' if open_lo else '>='} {lo}"
+        raise SpecsweepError(f"timing.{name} must be a number {rng}, got {value!r}")
+
+
+def _count_or_none(name, value) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise SpecsweepError(f"timing.{name} must be an integer >= 1 or null, got {value!r}")
+
+
+def _adaptive_options(width_name: str, width, confidence, count_name: str, count, seconds_name: str, seconds):
+    """(width or None, level), every setting of an adaptive measurement checked: a width, its
+    confidence and its two caps (a count, seconds), one of which an adaptive width needs."""
+    if width is not None:
+        _number(width_name, width, 0)
+    _number("confidence", confidence, 0, 1, open_lo=True)
+    _count_or_none(count_name, count)
+    if seconds is not None:
+        _number(seconds_name, seconds, 0, open_lo=True)
+    if adaptive(width) and count is None and seconds is None:
+        raise SpecsweepError(f"timing.{width_name} needs a cap: set timing.{count_name} or timing.{seconds_name}")
+    return width or None, float(confidence)
+
+
 def timing_options(target_width=None, confidence=0.95, max_pairs=None, max_seconds=None) -> dict:
     """paired_timing's keyword arguments, each checked (a SpecsweepError of one sentence if bad).
     target_width None or 0: a fixed number of pairs, and the caps are not needed."""
-    def number(name, value, lo, hi=math.inf, open_lo=False):
-        bad = (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
-               or value < lo or (open_lo and value == lo) or value >= hi)
-        if bad:
-            rng = f"in ({lo}, {hi})" if hi < math.inf else f"{'>' if open_lo else '>='} {lo}"
-            raise SpecsweepError(f"timing.{name} must be a number {rng}, got {value!r}")
-    if target_width is not None:
-        number("target_width", target_width, 0)
-    number("confidence", confidence, 0, 1, open_lo=True)
-    if max_pairs is not None and (isinstance(max_pairs, bool) or not isinstance(max_pairs, int) or max_pairs < 1):
-        raise SpecsweepError(f"timing.max_pairs must be an integer >= 1 or null, got {max_pairs!r}")
-    if max_seconds is not None:
-        number("max_seconds", max_seconds, 0, open_lo=True)
-    if adaptive(target_width) and max_pairs is None and max_seconds is None:
-        raise SpecsweepError("timing.target_width needs a cap: set timing.max_pairs or timing.max_seconds")
-    return {"target_width": target_width or None, "level": float(confidence), "max_pairs": max_pairs,
-            "max_seconds": max_seconds}
+    width, level = _adaptive_options("target_width", target_width, confidence, "max_pairs", max_pairs,
+                                     "max_seconds", max_seconds)
+    return {"target_width": width, "level": level, "max_pairs": max_pairs, "max_seconds": max_seconds}
+
+
+def cost_round_options(cost_width=None, confidence=0.95, cost_max_rounds=None, cost_max_seconds=None) -> dict:
+    """measure_cost's adaptive-round keyword arguments (width, level, max_rounds, max_seconds), each
+    checked as timing_options checks the pairs'. cost_width None or 0: a fixed number of rounds."""
+    width, level = _adaptive_options("cost_width", cost_width, confidence, "cost_max_rounds", cost_max_rounds,
+                                     "cost_max_seconds", cost_max_seconds)
+    return {"width": width, "level": level, "max_rounds": cost_max_rounds, "max_seconds": cost_max_seconds}
 
 
 @dataclass

@@ -97,6 +97,15 @@ def pairs_spent(finished: pd.DataFrame, pairs: pd.DataFrame | None = None) -> di
             "timed s": finished["timed_s"].sum() if "timed_s" in finished else np.nan}
 
 
+def rounds_spent(finished: pd.DataFrame) -> dict:
+    """Per trial cost rounds (metric cost_rounds): median, max, and the share that stopped at the
+    cost width (NaN where no trial logged cost_width_reached: fixed rounds, trees, older runs)."""
+    used = finished["cost_rounds"].dropna().astype(float) if "cost_rounds" in finished else pd.Series(dtype=float)
+    width = finished["cost_width_reached"].dropna() if "cost_width_reached" in finished else pd.Series(dtype=float)
+    return {"trials": len(used), "median": used.median(), "max": used.max(),
+            "width share": width.mean() if len(width) else np.nan}
+
+
 def parameter_flags(fit) -> tuple[list[str], list[str]]:
     """(parameters at the bound 0 (within AT_BOUND), negative parameters) of an extended fit; in the
     free-loop form delta too, and o_pass is the measured median loop overhead, negative only if the
@@ -207,6 +216,15 @@ def print_pairs(q: Condition, l: Condition) -> None:
         rows.append([c.name, p["trials"], fmt(p["median"], "g"), fmt(p["max"], "g"),
                      fmt(p["width share"], ".0%") or "fixed pairs", fmt(p["timed s"], ".0f")])
     table(["condition", "trials", "median", "max", "stopped at the target width", "timed runs, s in all"], rows)
+    rows = []
+    for c in (q, l):
+        r = rounds_spent(c.report.data.finished)
+        if r["trials"]:
+            rows.append([c.name, r["trials"], fmt(r["median"], "g"), fmt(r["max"], "g"),
+                         fmt(r["width share"], ".0%") or "fixed rounds"])
+    if rows:
+        print("\n## Cost rounds per trial\n")
+        table(["condition", "trials", "median", "max", "stopped at the cost width"], rows)
 
 
 def model_error_rows(c: Condition) -> pd.DataFrame:

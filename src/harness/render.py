@@ -14,6 +14,14 @@ def stop_text(r: TrialResult) -> str:
     return f"width reached, {width}" if t.stop == WIDTH else f"{t.stop} reached, {width}"
 
 
+def rounds_text(m: dict) -> str:
+    """How many cost rounds, and why they stopped, where the trial logged it."""
+    if "cost_rounds" not in m:
+        return ""
+    why = {None: "", 1: ", width reached", 0: ", cap reached"}[m.get("cost_width_reached")]
+    return f" ({m['cost_rounds']} rounds{why})"
+
+
 def trial_block(cfg, r: TrialResult) -> str:
     m = r.metrics
     k = cfg.k
@@ -29,7 +37,7 @@ def trial_block(cfg, r: TrialResult) -> str:
         f"P(draft i kept)   {per_pos}" + ("  (tree: P(path reaches depth i))" if tree else ""),
         f"chars per pass    {m['chars_per_pass']:.2f}   target passes {m['target_passes']} (baseline {m['baseline_passes']})",
         f"cost              target pass {m['target_pass_us']:.0f} us, verify pass ({verify_size}) {m['verify_pass_us']:.0f} us, "
-        f"draft {m['draft_char_us']:.1f} us/{'node' if tree else 'char'}, c = {m['c']:.3f}",
+        f"draft {m['draft_char_us']:.1f} us/{'node' if tree else 'char'}, c = {m['c']:.3f}{rounds_text(m)}",
         f"speedup           {m['speedup_median']:.2f}x [{m['speedup_lo']:.2f}-{m['speedup_hi']:.2f}] over "
         f"{m['pairs_used']} pair{'s' * (m['pairs_used'] != 1)} ({m['speedup_interval_confidence']:.1%} interval for "
         f"the median; {stop_text(r)})",

@@ -29,7 +29,7 @@ from ..engine.measure import exactness_check, measure_cost
 from ..engine.drafts.base import Draft
 from ..engine.errors import SpecsweepError
 from ..engine.replay import ProposalRecorder, ReplayDraft
-from ..engine.timing import PairedTiming, paired_timing, timing_options
+from ..engine.timing import PairedTiming, cost_round_options, paired_timing, timing_options
 from ..engine.tree import check_widths, generate_tree, max_nodes
 from ..engine.train import TrainConfig, TrainedTarget, get_target, target_location
 from .paths import REPO
@@ -56,6 +56,7 @@ def validate(cfg: DictConfig) -> None:
     integer("seed", cfg.seed, 0)
     integer("timing.pairs", cfg.timing.pairs, 1)
     timing_options_of(cfg)
+    cost_options_of(cfg)
     integer("exactness.samples", cfg.exactness.samples, 1)
     integer("threads", cfg.threads, 1)
     t = cfg.temperature
@@ -138,6 +139,13 @@ def timing_options_of(cfg: DictConfig) -> dict:
     """paired_timing's adaptive settings from cfg.timing (a config without them: fixed pairs)."""
     t = cfg.timing
     return timing_options(t.get("target_width"), t.get("confidence", 0.95), t.get("max_pairs"), t.get("max_seconds"))
+
+
+def cost_options_of(cfg: DictConfig) -> dict:
+    """measure_cost's adaptive-round settings from cfg.timing (a config without them: fixed rounds)."""
+    t = cfg.timing
+    return cost_round_options(t.get("cost_width"), t.get("confidence", 0.95), t.get("cost_max_rounds"),
+                              t.get("cost_max_seconds"))
 
 
 def repo_path(p: str | Path) -> Path:
@@ -351,7 +359,7 @@ def run_trial(cfg: DictConfig, progress: bool = True, loaded=None, timing_lock=N
 
     with timing_lock or nullcontext():
         metrics.update(measure_cost(model, draft, prompt, k, T, cfg.timing.cost_reps, device, tree_widths=widths,
-                                    loops=loops))
+                                    loops=loops, **cost_options_of(cfg)))
         timing = paired_timing(baseline, lambda: speculate(track_overlap=False),
                                cfg.timing.pairs, device, **timing_options_of(cfg))
     metrics.update(timing.summary())
