@@ -31,7 +31,6 @@ def proposal(draft: Draft, prompt: list[int], k: int, temperature: float, gen: t
     return propose_k
 
 
-@torch.no_grad()
 def pass_per_reference(per_call: dict[str, list[float]], loops: dict) -> list[float]:
     """Per round: the time of one speculative pass as the components add up (the free loop's pass,
     or the verify pass without one, plus one k-char proposal) over the reference pass (the
