@@ -6,7 +6,7 @@ ARGS   ?=
 SWEEP  ?= paper
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run sweep ui analyze predict test bench bench-sweep bench-noise bench-drafts clean-outputs
+.PHONY: help setup run sweep ui analyze predict test test-fast readme-example bench bench-sweep bench-noise bench-drafts clean-outputs
 .PHONY: setup-cluster tracking-server tracking-server-stop ray-up ray-down
 
 help: ## list the targets
@@ -33,40 +33,46 @@ sweep: $(VENV)/.installed ## run a named sweep from sweeps/ (SWEEP=NAME of a fil
 	$(PY) -m src.run --config-dir sweeps --config-name $(SWEEP) $(ARGS)
 
 ui: $(VENV)/.installed ## the MLflow UI on http://127.0.0.1:5000 for the store in use (MLFLOW_TRACKING_URI, else mlruns/)
-	$(PY) -m src.harness.store ui
+	$(PY) -m src.sweep.store ui
 
 analyze: $(VENV)/.installed ## tables, cost models and figures of the latest sweep (ARGS="--sweep-id ID")
 	$(PY) -m analysis.report $(ARGS)
 
-predict: $(VENV)/.installed ## predict a draft's speedup per k in seconds, no sweep (ARGS="draft=ngram k=2,4,8 --fit-sweep ID"; ARGS="--validate --sweep-id ID")
+predict: $(VENV)/.installed ## predict a draft's speedup per k without a sweep, about a minute a draft (ARGS="draft=ngram k=2,4,8 --fit-sweep ID"; ARGS="--validate --sweep-id ID")
 	$(PY) -m analysis.predict $(ARGS)
 
-test: $(VENV)/.installed ## run the test suite (CPU; the cluster tests too once `make setup-cluster` has run)
+test: $(VENV)/.installed ## the whole test suite (CPU; the cluster tests too once `make setup-cluster` has run)
 	$(PY) -m pytest -q tests
 
-bench: $(VENV)/.installed ## print the benchmark tables (loop overhead, int8 kernels vs fake int8, quantized drafts; ARGS="+bench=kernels model=NAME")
-	$(PY) -m src.harness.bench $(ARGS)
+test-fast: $(VENV)/.installed ## the tests not marked slow: the edit-test loop (a few minutes on 2 cores)
+	$(PY) -m pytest -q -m "not slow" tests
 
-bench-sweep: $(VENV)/.installed ## the paper sweep at n_jobs=1 and 2: timing agreement, harness overhead, wall ratio (ARGS=--n1-only: the overhead alone)
-	$(PY) -m src.harness.bench_sweep --sweep $(SWEEP) $(ARGS)
+readme-example: $(VENV)/.installed ## run the README's one-trial example on the default model and write its output into README.md
+	$(PY) -m src.readme_example
+
+bench: $(VENV)/.installed ## print the benchmark tables (loop overhead, int8 kernels vs fake int8, quantized drafts; ARGS="+bench=kernels model=NAME")
+	$(PY) -m src.bench.bench $(ARGS)
+
+bench-sweep: $(VENV)/.installed ## a sweep run three times (n_jobs=1, again at 1, at 2): timing agreement, harness overhead, wall ratio (ARGS=--n1-only: one run, the overhead alone)
+	$(PY) -m src.bench.sweep --sweep $(SWEEP) $(ARGS)
 
 bench-noise: $(VENV)/.installed ## the sweep quiet, then under a CPU hog (n_jobs=1): cell agreement, pairs, model errors, fits, advice (ARGS="--seeds 0,1 --hog-cores 1")
-	$(PY) -m src.harness.bench_noise --sweep $(SWEEP) $(ARGS)
+	$(PY) -m src.bench.noise --sweep $(SWEEP) $(ARGS)
 
 bench-drafts: $(VENV)/.installed ## table drafts (ngram, distilled) by context length: acceptance, cost c, cold cost, memory (ARGS="--orders 4,6 distilled.distill_chars=400000")
-	$(PY) -m src.harness.bench_drafts $(ARGS)
+	$(PY) -m src.bench.drafts $(ARGS)
 
 tracking-server: $(VENV)/.installed-cluster ## MLflow server on PostgreSQL, both on 127.0.0.1, data in .cluster/ (ARGS="--port 5001 --pg-port 5433")
-	$(PY) -m src.harness.servers tracking-up $(ARGS)
+	$(PY) -m src.cluster.servers tracking-up $(ARGS)
 
 tracking-server-stop: $(VENV)/.installed ## stop what `make tracking-server` started
-	$(PY) -m src.harness.servers tracking-down
+	$(PY) -m src.cluster.servers tracking-down
 
 ray-up: $(VENV)/.installed-cluster ## a Ray head on 127.0.0.1:6379, logs in .cluster/ray (ARGS="--workers 1 --num-cpus 1")
-	$(PY) -m src.harness.servers ray-up $(ARGS)
+	$(PY) -m src.cluster.servers ray-up $(ARGS)
 
 ray-down: $(VENV)/.installed ## stop what `make ray-up` started
-	$(PY) -m src.harness.servers ray-down
+	$(PY) -m src.cluster.servers ray-down
 
 clean-outputs: ## delete Hydra's per-run output folders (outputs/)
 	rm -rf outputs

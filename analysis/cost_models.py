@@ -59,7 +59,7 @@ c. extended     time of one generation
    measurements alone. In the (o_pass, gamma) form the fold without the bigram draft, left with
    two drafts of about the same td, cannot tell o_pass from a per-pass cost proportional to td:
    on a real 2-seed slice it fitted o_pass = 1,097 us against 352 us with the bigram, and
-   mispredicted the bigram by up to 43%. tests/test_analysis_free_loop.py plants that case.
+   mispredicted the bigram by up to 43%. tests/analysis/test_analysis_free_loop.py plants that case.
    Trials without the loop times (trees, timing.free_loop=false, older stores) are fitted in
    the (o_pass, gamma) form; a fit takes the free-loop form only where all its trials have them
    (`has_free_loop`) and, in the held-out folds, the predicted trials too (`free_form`).

@@ -14,6 +14,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from .cost_models import MODELS  # noqa: E402
+from .formula import pays_grid  # noqa: E402
 
 plt.rcParams["svg.hashsalt"] = "specsweep"  # stable SVG ids: reruns give identical files
 
@@ -72,12 +73,11 @@ PAYS_LEVELS = (1.0, 2.0, 3.0)
 
 def pays_map(inputs, ks, grid: int = 241):
     """Predicted chain speedup at the best k in `ks` over per-position acceptance a in [0, 0.999]
-    and draft cost c = td / t1 in [0, 1.2], for one target (`predict.PaysInputs`: its verify-cost
+    and draft cost c = td / t1 in [0, 1.2], for one target (`pays.PaysInputs`: its verify-cost
     line and loop overheads), contours at PAYS_LEVELS, and the sweep's chain cells as points, one
     colour per draft, labelled with the draft, its k and their measured speedups."""
     from matplotlib.colors import TwoSlopeNorm
 
-    from .predict import pays_grid
     a = np.linspace(0.0, 0.999, grid)
     c = np.linspace(0.0, 1.2, grid)
     A, C = np.meshgrid(a, c)                                                   # (grid, grid): rows c, columns a

@@ -20,8 +20,8 @@ import pandas as pd
 from mlflow.tracking import MlflowClient
 
 from src.engine.errors import SpecsweepError
-from src.harness.paths import REPO
-from src.harness.store import DEFAULT_EXPERIMENT, KIND_TAG, SWEEP, TRIAL, resolve_uri
+from src.paths import REPO
+from src.sweep.store import DEFAULT_EXPERIMENT, KIND_TAG, SWEEP, TRIAL, resolve_uri
 
 log = logging.getLogger(__name__)
 

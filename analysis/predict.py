@@ -58,61 +58,13 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from .formula import Overheads, chars_per_pass, iid_chars_per_pass, speedup
+
 DEFAULT_KS = (1, 2, 4, 8, 16)
-MAP_KS = tuple(range(1, 17))    # the pays map's chain picks its best k among these
 TREE_SWEEP = "drafts_tree"      # verify=tree without verify.widths: this sweep's shapes
 
 
-# ---- the math: pure functions -----------------------------------------------------------------
-@dataclass(frozen=True)
-class Overheads:
-    """The extended cost model's loop overheads; all 0 = no overhead (the formula alone)."""
-    o_base: float = 0.0   # us per baseline pass beyond the target pass
-    o_pass: float = 0.0   # us per speculative pass beyond the verify pass
-    gamma: float = 0.0    # in-loop excess of a drafted char, a fraction of td
-    source: str = "none (no --fit-sweep: loop overheads taken as 0)"
-
-
-def chars_per_pass(survival, k: int) -> float:
-    """cpp(k) = 1 + S_1 + ... + S_k: mean chars a chain of k drafts emits per target pass, from
-    S_i = P(drafts 1..i all accepted) (the bonus or residual char is the 1)."""
-    s = np.asarray(survival, dtype=float)
-    if k > len(s):
-        raise ValueError(f"k = {k} needs S_1..S_{k}; {len(s)} given")
-    return 1.0 + float(s[:k].sum())
-
-
-def iid_chars_per_pass(a, k):
-    """(1 - a^(k+1)) / (1 - a) = 1 + a + ... + a^k: cpp(k) when every position is accepted with the
-    same probability a independently (S_i = a^i); k + 1 at a = 1. Elementwise over arrays."""
-    a = np.asarray(a, dtype=float)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        value = (1 - a ** (k + 1)) / (1 - a)
-    return np.where(a < 1, value, k + 1.0)
-
-
-def speedup(cpp, t1, tv, td, n, overheads: Overheads = Overheads()):
-    """cpp (t1 + o_base) / (tv + o_pass + n td (1 + gamma)): the baseline's time per char over the
-    speculative loop's (one verify pass tv, n drafted chars or nodes at td each, per cpp chars).
-    Times in any one unit (us, or multiples of t1); elementwise over arrays."""
-    o = overheads
-    return cpp * (t1 + o.o_base) / (tv + o.o_pass + n * td * (1 + o.gamma))
-
-
-def pays_grid(a, c, ks, verify_ratio, overheads: Overheads = Overheads(), t1: float = 1.0):
-    """Best predicted chain speedup over ks at each (a, c), and the k that gives it.
-
-    a, c: broadcastable arrays (per-position acceptance, draft cost td / t1); verify_ratio(k) =
-    tv(k) / t1; overheads in us with t1 in us (t1 = 1: overheads in units of t1). Per k the
-    speedup is iid_chars_per_pass(a, k) (1 + o_base/t1) / (v(k) + o_pass/t1 + k c (1 + gamma)).
-    Returns (speedup, k) arrays of the broadcast shape; ties go to the smaller k."""
-    a, c = np.broadcast_arrays(np.asarray(a, float), np.asarray(c, float))
-    rel = Overheads(overheads.o_base / t1, overheads.o_pass / t1, overheads.gamma)
-    per_k = np.stack([speedup(iid_chars_per_pass(a, k), 1.0, verify_ratio(k), c, k, rel) for k in ks])
-    best = per_k.argmax(0)
-    return np.take_along_axis(per_k, best[None], 0)[0], np.asarray(ks)[best]
-
-
+# ---- the math: analysis/formula.py --------------------------------------------------------------
 def prediction_table(survival, costs: dict, overheads: Overheads, a: float | None = None) -> pd.DataFrame:
     """One row per setting: k (or tree shape), cpp, c, tv/t1, the seed formula cpp / (1 + n c) and
     the predicted speedup. costs: label -> dict(k, target_pass_us, verify_pass_us, draft_char_us,
@@ -144,44 +96,6 @@ def ape_summary(cells: pd.DataFrame, paper_drafts) -> pd.DataFrame:
         rows.append({"drafts": group, "cells": len(ape), "median APE %": ape.median() if len(ape) else np.nan,
                      "max APE %": ape.max() if len(ape) else np.nan})
     return pd.DataFrame(rows)
-
-
-@dataclass
-class PaysInputs:
-    """What one target's pays map needs from a sweep (`pays_inputs`)."""
-    target_key: str
-    b: float                  # tv(k) / t1 = 1 + b k, the extended model's verify-cost line
-    t1: float                 # median one-char target pass, us
-    overheads: Overheads
-    points: pd.DataFrame      # one chain cell per row: draft, k, a (median per-position acceptance),
-                              # c (median), measured (pooled median speedup; NaN without pairs)
-
-    def verify_ratio(self, k):
-        return 1.0 + self.b * k
-
-
-def pays_inputs(finished: pd.DataFrame, pairs: pd.DataFrame, level: float) -> list[PaysInputs]:
-    """Per target (`target_key`) of a sweep's finished trials: the extended model fitted on that
-    target's trials (all drafts, trees included: b prices a verify pass by its node count) and
-    its chain cells (drafts without `+tree`) as points at (median position_acceptance, median c)."""
-    from .aggregate import pooled_speedup
-    from .cost_models import EXTENDED_INPUTS, fit_extended
-    out = []
-    if any(c not in finished.columns for c in EXTENDED_INPUTS + ["position_acceptance", "c", "target_key"]):
-        return out
-    for key, t in finished.groupby("target_key", sort=True):
-        fit = fit_extended(t, free_loop=False)  # the (o_pass, gamma) form: no free loop runs here
-        chain = t[~t["draft"].str.contains("+", regex=False)]
-        pts = chain.groupby(["draft", "k"], sort=True)[["position_acceptance", "c"]].median()
-        pts = pts.rename(columns={"position_acceptance": "a"}).reset_index()
-        own = pairs[pairs["run_id"].isin(chain["run_id"])] if "run_id" in chain else pairs.iloc[0:0]
-        meas = pooled_speedup(own, level)[["draft", "k", "median"]] if len(own) else pd.DataFrame(
-            columns=["draft", "k", "median"])
-        pts = pts.merge(meas.rename(columns={"median": "measured"}), on=["draft", "k"], how="left")
-        out.append(PaysInputs(str(key), fit.b, float(t["target_pass_us"].median()),
-                              Overheads(fit.o_base, fit.o_pass, fit.gamma,
-                                        f"extended model fitted on the {fit.trials} trials of target {key}"), pts))
-    return out
 
 
 # ---- measuring: the target, the draft, the clock --------------------------------------------------
@@ -225,9 +139,10 @@ def parse_ks(overrides: list[str]) -> tuple[list[int] | None, list[str]]:
 def compose(overrides: list[str]):
     from hydra import compose as hydra_compose, initialize_config_dir
     from hydra.errors import HydraException
+    import src.sweep  # noqa: F401  (its warning filter, before Hydra composes the launcher configs)
     from src.engine.errors import SpecsweepError
-    from src.harness.paths import CONF_DIR
-    from src.run import check_group_choices
+    from src.paths import CONF_DIR
+    from src.trial.conf import check_group_choices
     check_group_choices(overrides)
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
@@ -240,21 +155,21 @@ def tree_shapes(cfg, overrides: list[str]) -> list[tuple[int, ...]] | None:
     """None for a chain; for verify=tree the shape of a `verify.widths=` override, else the
     shapes the drafts_tree sweep runs."""
     from omegaconf import OmegaConf
-    from src.harness.paths import REPO
-    if cfg.verify.get("name", "chain") != "tree":
+    from src.paths import SWEEPS_DIR
+    if cfg.verify.name != "tree":
         return None
     if any(o.startswith("verify.widths=") for o in overrides):
         return [tuple(OmegaConf.to_container(cfg.verify.widths))]
-    sweep = OmegaConf.load(REPO / "sweeps" / f"{TREE_SWEEP}.yaml")
+    sweep = OmegaConf.load(SWEEPS_DIR / f"{TREE_SWEEP}.yaml")
     return [tuple(w) for w in yaml.safe_load("[" + str(sweep.hydra.sweeper.params["verify.widths"]) + "]")]
 
 
 def settings(cfg, ks: list[int], shapes) -> dict:
-    """label -> config of each setting the draft and the context can take; the others are
+    """label -> TrialSpec of each setting the draft and the context can take; the others are
     reported and dropped. A chain's label is its k, a tree's its widths."""
     from omegaconf import open_dict
     from src.engine.errors import SpecsweepError
-    from src.harness.trial import tree_label, validate
+    from src.trial.spec import tree_label, trial_spec
     out, refused = {}, []
     for k, widths in ([(len(w), w) for w in shapes] if shapes else [(k, None) for k in ks]):
         c = cfg.copy()
@@ -263,11 +178,11 @@ def settings(cfg, ks: list[int], shapes) -> dict:
             if widths is not None:
                 c.verify.widths = list(widths)
         try:
-            validate(c)
+            spec = trial_spec(c)
         except SpecsweepError as e:
             refused.append(f"{'tree ' + tree_label(widths) if widths else f'k={k}'} ({e})")
             continue
-        out[tree_label(widths) if widths else k] = c
+        out[tree_label(widths) if widths else k] = spec
     if refused:
         print("left out: " + "; ".join(refused))
     if not out:
@@ -292,41 +207,41 @@ def measure(cfg, ks: list[int], shapes, seqs: int, every: int, seed: int, loaded
     from src.engine.acceptance import loop_survival, mean_overlap, sample_text, tree_chars
     from src.engine.measure import measure_cost, replay_draft_cost
     from src.engine.tree import build_tree
-    from src.harness.job import timing_lock
-    from src.harness.trial import build_draft, load_target
+    from src.trial.load import build_draft, load_target
+    from src.trial.lock import timing_lock
     t0 = time.perf_counter()
     chosen = settings(cfg, ks, shapes)
-    torch.set_num_threads(cfg.threads)
-    corpus, target = loaded if loaded is not None else load_target(cfg, progress=False)
-    model = target.model.to(cfg.device)
-    draft = build_draft(cfg, target, corpus)
-    prompt = target.tokenizer.encode(cfg.prompt).tolist()
-    T = cfg.temperature
-    seq, p = sample_text(model, prompt, seqs, cfg.n_chars, seed, T)
+    first = next(iter(chosen.values()))   # every setting shares the target, the draft and the text
+    torch.set_num_threads(first.threads)
+    corpus, target = loaded if loaded is not None else load_target(first.target, progress=False)
+    model = target.model.to(first.device)
+    draft = build_draft(first.draft, first.target, target, corpus)
+    prompt = target.tokenizer.encode(first.prompt).tolist()
+    T, n = first.temperature, first.n_chars
+    seq, p = sample_text(model, prompt, seqs, n, seed, T)
     a = mean_overlap(draft, seq, p, T)
     survival, trees, chains = np.zeros(0), {}, {}
     if shapes:
         for label, c in chosen.items():
-            trees[label] = tree_chars(model, draft, seq, cfg.n_chars, tuple(c.verify.widths), T, seed, every)
+            trees[label] = tree_chars(model, draft, seq, n, c.tree, T, seed, every)
     else:  # each k at the loop's own pass starts: seqs generations of n_chars
         for label, c in chosen.items():
-            s, _, _ = loop_survival(model, draft, prompt, cfg.n_chars, c.k, T, range(seed, seed + seqs))
+            s, _, _ = loop_survival(model, draft, prompt, n, c.k, T, range(seed, seed + seqs))
             chains[label] = s.numpy()
         survival = chains[max(chosen, key=lambda label: chosen[label].k)]
     costs, gen = {}, torch.Generator().manual_seed(seed)
-    with timing_lock(cfg):
+    with timing_lock(first.timing):
         for label, c in chosen.items():
-            widths = tuple(c.verify.widths) if shapes else None
-            m = measure_cost(model, draft, prompt, c.k, T, cfg.timing.cost_reps, cfg.device, rounds, widths)
+            m = measure_cost(model, draft, prompt, c.k, T, c.timing.cost_reps, c.device, rounds, c.tree)
             m = {"k": c.k, **m, "nodes": trees[label][1] if shapes else c.k}
             m["cpp"] = trees[label][0] if shapes else chars_per_pass(chains[label], c.k)
             if hasattr(draft, "clear_memos"):  # rows built on first use: the loop pays the cold cost
-                def one_pass(prefix, k=c.k, widths=widths):
+                def one_pass(prefix, k=c.k, widths=c.tree):
                     if widths is None:
                         return len(draft.propose(prefix, k, T, gen)[0])
                     return build_tree(draft, prefix, widths, T, gen).n_nodes
                 m["draft_char_us_warm"] = m["draft_char_us"]
-                m["draft_char_us"] = replay_draft_cost(draft, seq, cfg.n_chars, m["cpp"], one_pass)
+                m["draft_char_us"] = replay_draft_cost(draft, seq, n, m["cpp"], one_pass)
             costs[label] = m
     return Measured(target.key, a, survival, costs, time.perf_counter() - t0)
 
@@ -369,7 +284,8 @@ def print_prediction(name: str, m: Measured, table: pd.DataFrame, o: Overheads, 
 def validate_sweep(args, overrides: list[str], o: Overheads) -> pd.DataFrame:
     """Per cell of the sweep: predicted and measured speedup and APE; prints the summary."""
     from src.engine.errors import SpecsweepError
-    from src.harness.trial import load_target
+    from src.trial.load import load_target
+    from src.trial.spec import trial_spec
     from .aggregate import configured_level, pooled_speedup
     from .cost_models import PAPER_DRAFTS
     from .load import connect, load_sweep
@@ -385,7 +301,7 @@ def validate_sweep(args, overrides: list[str], o: Overheads) -> pd.DataFrame:
         g = fin[fin["draft"] == label]
         extra = ["verify=tree", f"verify.widths=[{shape.replace('-', ',')}]"] if shape else []
         cfg = compose([f"draft={draft}", *common, *overrides, *extra])
-        loaded = loaded or load_target(cfg, progress=False)
+        loaded = loaded or load_target(trial_spec(cfg).target, progress=False)
         if loaded[1].key != g["target_key"].iloc[0]:
             raise SpecsweepError(f"the sweep's target is {g['target_key'].iloc[0]}, the composed config's "
                                  f"{loaded[1].key}: pass the sweep's model/data/train overrides")
@@ -450,7 +366,7 @@ def run(argv: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .report import one_line_errors
+    from .cli import one_line_errors
     return one_line_errors(lambda: run(sys.argv[1:] if argv is None else argv))
 
 

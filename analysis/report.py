@@ -29,10 +29,12 @@ from src.engine.errors import SpecsweepError
 
 from . import figures
 from .aggregate import configured_level, pooled_speedup, trial_status
+from .cli import one_line_errors
 from .cost_models import BOOTSTRAP, ModelResults, cell_predictions, predict_trials
 from .export import atomic_folder, markdown, write_figure, write_table
+from .formula import MAP_KS
 from .load import DEFAULT_EXPERIMENT, REPO, SweepData, connect, default_tracking_uri, load_sweep
-from .predict import MAP_KS, pays_inputs
+from .pays import pays_inputs
 from .tables import (Table, acceptance_table, best_k_table, cost_by_k_table, cost_table, cpu_models,
                      cpu_models_per_cell, exactness_table, fit_table, model_errors_table, outliers_table,
                      position_table, predictions_table, speedup_table, status_table)
@@ -211,23 +213,6 @@ def run(args: argparse.Namespace) -> Path:
             raise SpecsweepError(f"wrote {out_dir} but could not log it to run "
                                  f"{data.sweep.parent_run_id}: {e}") from None
     return out_dir
-
-
-def one_line_errors(command) -> int:
-    """Run command() with warnings-only logging; bad input (a SpecsweepError or MlflowException)
-    ends as one line `error: ...` on stderr and exit status 2 (python -m analysis.report and
-    analysis.predict)."""
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    # MLflow gives its logger an INFO handler of its own at import; its INFO lines (e.g. the
-    # pool class inherited from a sweep's environment) would bury a one-line error.
-    logging.getLogger("mlflow").setLevel(logging.WARNING)
-    try:
-        command()
-    except (SpecsweepError, MlflowException) as e:
-        message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        print(f"error: {message}", file=sys.stderr)
-        return 2
-    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

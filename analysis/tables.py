@@ -15,7 +15,7 @@ from .aggregate import cell_medians
 from .cost_models import (BOOT_LEVEL, BOOTSTRAP, F_SCALE, MAD_FLOOR, OUTLIER_Z, ModelResults, best_k,
                           model_errors)
 
-SPREAD_WARN, SPREAD_BAD, CPU_WALL_LOW = 0.10, 0.25, 0.8  # thresholds of src/harness/render.py's warnings
+SPREAD_WARN, SPREAD_BAD, CPU_WALL_LOW = 0.10, 0.25, 0.8  # thresholds of src/trial/render.py's warnings
 
 
 @dataclass

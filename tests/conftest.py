@@ -13,6 +13,8 @@ from hydra import compose, initialize_config_dir
 
 from src.engine.corpus import synthetic_text
 from src.engine.drafts import BigramDraft
+from src.trial.load import build_draft, load_target
+from src.trial.spec import trial_spec
 
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 PROMPT = "the cat "
@@ -23,7 +25,7 @@ def compose_cfg(corpus_path, cache_dir, *overrides: str):
         return compose("config", overrides=[
             "model=tiny", "train=quick", f"data.path={corpus_path}", f"data.cache_dir={cache_dir}",
             f"prompt='{PROMPT}'", "n_chars=64", "timing.pairs=1", "timing.cost_reps=2",
-            "timing.cost_width=null", *overrides])  # fixed cost rounds; tests/test_timing.py asks for adaptive ones
+            "timing.cost_width=null", *overrides])  # fixed cost rounds; tests/engine/test_timing.py asks for adaptive ones
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -55,9 +57,8 @@ def cache_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tiny(corpus_path, cache_dir):
     """(cfg, corpus, TrainedTarget): trained once per test session (a few seconds)."""
-    from src.harness.trial import load_target
     cfg = compose_cfg(corpus_path, cache_dir)
-    corpus, target = load_target(cfg, progress=False)
+    corpus, target = load_target(trial_spec(cfg).target, progress=False)
     return cfg, corpus, target
 
 
@@ -71,13 +72,26 @@ DRAFT_TEST_OVERRIDES = {"heads": ["draft.steps=150", "draft.rows=256", "draft.po
 @pytest.fixture(scope="session")
 def drafts(tiny):
     """name -> draft, for every draft config shipped in conf/draft/."""
-    from src.harness.trial import build_draft
     cfg, corpus, target = tiny
     out = {}
     for name in sorted(p.stem for p in (Path(CONF_DIR) / "draft").glob("*.yaml")):
         dcfg = compose_cfg(cfg.data.path, cfg.data.cache_dir, f"draft={name}", *DRAFT_TEST_OVERRIDES.get(name, []))
-        out[name] = build_draft(dcfg, target, corpus)
+        out[name] = draft_for(dcfg, target, corpus)
     return out
+
+
+def draft_for(cfg, target, corpus, source=None):
+    """The draft of a composed config, fitted to `target`: the trial's own `build_draft`."""
+    spec = trial_spec(cfg)
+    return build_draft(spec.draft, spec.target, target, corpus, source)
+
+
+def draft_options(name: str, **overrides) -> dict:
+    """conf/draft/NAME.yaml's options for the draft class (the one source of its defaults)."""
+    from omegaconf import OmegaConf
+    node = OmegaConf.load(Path(CONF_DIR) / "draft" / f"{name}.yaml")
+    out = {k: v for k, v in OmegaConf.to_container(node).items() if k not in ("_target_", "name", "defaults", "model")}
+    return {**out, **overrides}
 
 
 @pytest.fixture
@@ -142,7 +156,7 @@ def cluster_extra_missing() -> list[str]:
 
 
 def pytest_terminal_summary(terminalreporter):
-    """One line when the cluster tests (tests/test_cluster.py, tests/test_servers.py) did not run."""
+    """One line when the cluster tests (tests/tools/test_cluster.py, tests/tools/test_servers.py) did not run."""
     missing = cluster_extra_missing()
     if missing:
         terminalreporter.write_line(f"cluster tests skipped: the cluster extra is not installed "
@@ -150,11 +164,13 @@ def pytest_terminal_summary(terminalreporter):
 
 
 def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: a test of minutes (real sweeps, servers, long sampling); "
+                                       "`make test-fast` skips them, `make test` runs them")
     # One torch thread for the tests' own tensor work (tiny models gain nothing from two): with
     # two, every small op waits on a second thread, and on a busy 2-core machine those waits made
     # single tests 20-40x slower. Training and trials set their own thread counts.
     torch.set_num_threads(1)
-    # the launcher configs merge onto the plugins' schemas on purpose (see src/harness/__init__.py)
+    # the launcher configs merge onto the plugins' schemas on purpose (see src/sweep/__init__.py)
     config.addinivalue_line("filterwarnings",
                             "ignore:(?s).*is validated against ConfigStore schema with the same name:UserWarning")
 
@@ -162,7 +178,7 @@ def pytest_configure(config):
 class ZeroedBigram(BigramDraft):
     """A draft with q = 0 on several chars the target gives mass to."""
     def __init__(self, target, train_ids, zero_ids):
-        super().__init__(target, train_ids, name="zeroed", alpha=1.0)
+        super().__init__(target, train_ids, name="zeroed", **draft_options("bigram"))
         self.log_q[:, zero_ids] = float("-inf")
         self.log_q = torch.log_softmax(self.log_q, -1)
 

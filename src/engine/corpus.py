@@ -112,11 +112,12 @@ def synthetic_text(n_chars: int, seed: int = 0) -> str:
     return "".join(out)
 
 
-def load_corpus(path: str | None, cache_dir: str | Path, source: str = "shakespeare",
-                synthetic_chars: int = 60_000) -> Corpus:
+def load_corpus(path: str | None, cache_dir: str | Path, source: str, synthetic_chars: int | None = None) -> Corpus:
     """The corpus at `path` if given; else the `source`: the cached default corpus (fetched on
     first use) or the synthetic text."""
     if source == "synthetic" and not path:
+        if not synthetic_chars:
+            raise SpecsweepError("data.source=synthetic needs data.synthetic_chars (conf/data/synthetic.yaml)")
         text = synthetic_text(synthetic_chars)
         return Corpus(text, sha256_bytes(text.encode("utf-8")), f"synthetic:{synthetic_chars}")
     if source != "shakespeare" and not path:

@@ -1,6 +1,6 @@
 """Component costs and the seed's exactness check: plain functions of a model, a draft and a prompt.
 
-The trial (src/harness/trial.py) calls them; `make bench` and the tests call them directly.
+The trial (src/trial/trial.py) calls them; `make bench` and the tests call them directly.
 """
 from __future__ import annotations
 

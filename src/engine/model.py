@@ -22,12 +22,13 @@ import torch.nn.functional as F
 
 @dataclass(frozen=True)
 class ModelConfig:
+    """A model's shape; the values come from conf/model/ (no defaults here: one source each)."""
     vocab_size: int
-    block_size: int = 256  # context window: prompt + generated chars must fit
-    n_layer: int = 4
-    n_head: int = 4
-    d_model: int = 128
-    dropout: float = 0.0
+    block_size: int        # context window: prompt + generated chars must fit
+    n_layer: int
+    n_head: int
+    d_model: int
+    dropout: float
 
 
 class KVCache(nn.Module):

@@ -10,7 +10,7 @@ of a slow draft, and a held-out cheap draft (bigram) inherited the wrong split.
 proposal is kept with the generator's state right after it. `ReplayDraft` hands the kept
 proposals back in order and restores that state, so the acceptance tests draw the same
 uniforms (the loop's buffer shares the generator with the draft) and the replayed run makes the
-same passes and emits the same chars as the recorded one (tests/test_replay.py checks it).
+same passes and emits the same chars as the recorded one (tests/engine/test_replay.py checks it).
 Replaying costs a list lookup and one `Generator.set_state` per pass.
 
 Row objects (table drafts' lazily built `MixtureRow`s) are handed back as shallow copies, so

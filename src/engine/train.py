@@ -31,16 +31,17 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class TrainConfig:
-    steps: int = 3000
-    batch_size: int = 16
-    lr: float = 3e-3
-    min_lr: float = 3e-4
-    warmup_steps: int = 100
-    weight_decay: float = 0.1
-    grad_clip: float = 1.0
-    eval_interval: int = 500
-    eval_batches: int = 8
-    val_fraction: float = 0.1
+    """The training schedule; the values come from conf/train/ (no defaults here: one source each)."""
+    steps: int
+    batch_size: int
+    lr: float
+    min_lr: float
+    warmup_steps: int
+    weight_decay: float
+    grad_clip: float
+    eval_interval: int
+    eval_batches: int
+    val_fraction: float    # the last val_fraction of the corpus validates
 
 
 @dataclass

@@ -6,7 +6,7 @@ distributions it sampled them from, so the acceptance ratio p/q uses that very q
 To add a draft: subclass `Draft` in a module of `src/engine/drafts/`, then write
 `conf/draft/NAME.yaml` with `_target_: src.drafts.module.ClassName`, `name: NAME` and the
 class's own keyword arguments. Every draft is built as `cls(target=..., train_ids=..., **cfg)`;
-the harness adds `cache_dir` (where a draft that trains keeps the result) and `target_key` to a
+the trial adds `cache_dir` (where a draft that trains keeps the result) and `target_key` to a
 class whose __init__ takes them.
 
 A draft that reads the target's hidden state (heads) sets `uses_target_hidden`; the loop then

@@ -21,7 +21,7 @@ from .base import Draft
 class BigramDraft(Draft):
     name = "bigram"
 
-    def __init__(self, target, train_ids: torch.Tensor, name: str | None = None, alpha: float = 1.0):
+    def __init__(self, target, train_ids: torch.Tensor, name: str | None = None, *, alpha: float):
         super().__init__(target, train_ids, name)
         if alpha <= 0:
             raise ValueError(f"bigram alpha must be > 0 so that q > 0 everywhere, got {alpha}")

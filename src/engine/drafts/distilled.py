@@ -68,9 +68,8 @@ def target_probs(model, ids: torch.Tensor, batch: int = 32) -> torch.Tensor:
 class DistilledDraft(TableDraft):
     name = "distilled"
 
-    def __init__(self, target, train_ids: torch.Tensor, name: str | None = None, order: int = 7,
-                 distill_chars: int = 400_000, backoff: str = "interpolate", min_count: int = 1,
-                 beta: float = 1.0, prune: float = 1e-4, floor: float = 1e-4,
+    def __init__(self, target, train_ids: torch.Tensor, name: str | None = None, *, order: int,
+                 distill_chars: int, backoff: str, min_count: int, beta: float, prune: float, floor: float,
                  cache_dir=None, target_key: str | None = None):
         if isinstance(distill_chars, bool) or not isinstance(distill_chars, int) or distill_chars < 2:
             raise ValueError(f"distill_chars must be an integer >= 2, got {distill_chars!r}")

@@ -140,11 +140,10 @@ class HeadsDraft(Draft):
     name = "heads"
     uses_target_hidden = True
 
-    def __init__(self, target: Transformer, train_ids: torch.Tensor, name: str | None = None, n_heads: int = 8,
-                 hidden_mult: int = 1, n_layers: int = 1, condition: bool = True, steps: int = 2000,
-                 rows: int = 1024, pool_windows: int = 1024, lr: float = 1e-3, seed: int = 0,
-                 cache_dir: str | Path | None = None, target_key: str | None = None):
-        """Settings as in conf/draft/heads.yaml. cache_dir and target_key (the harness passes
+    def __init__(self, target: Transformer, train_ids: torch.Tensor, name: str | None = None, *, n_heads: int,
+                 hidden_mult: int, n_layers: int, condition: bool, steps: int, rows: int, pool_windows: int,
+                 lr: float, seed: int, cache_dir: str | Path | None = None, target_key: str | None = None):
+        """Settings as in conf/draft/heads.yaml. cache_dir and target_key (the trial passes
         both): load the heads from the cache, or train and save them there; without them the
         heads are trained and kept in memory only."""
         super().__init__(target, train_ids, name)

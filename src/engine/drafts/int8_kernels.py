@@ -14,8 +14,8 @@ from .model_draft import ModelDraft
 class Int8KernelDraft(ModelDraft):
     name = "int8_kernels"
 
-    def __init__(self, target, train_ids, name: str | None = None, engine: str = "x86",
-                 calibration_windows: int = 32):
+    def __init__(self, target, train_ids, name: str | None = None, *, engine: str,
+                 calibration_windows: int):
         """engine: the quantized engine the weights are packed for (x86 or fbgemm).
         calibration_windows: how many training windows of the target's context length a
         float forward runs over to set each Linear's input range."""

@@ -58,7 +58,7 @@ def kn_level(grams: torch.Tensor, counts: torch.Tensor, base: int) -> tuple:
 class NgramDraft(TableDraft):
     name = "ngram"
 
-    def __init__(self, target, train_ids: torch.Tensor, name: str | None = None, order: int = 4,
+    def __init__(self, target, train_ids: torch.Tensor, name: str | None = None, *, order: int,
                  cache_dir=None, target_key: str | None = None):
         super().__init__(target, train_ids, name, order, cache_dir, target_key)
 

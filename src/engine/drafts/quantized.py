@@ -8,8 +8,8 @@ from .model_draft import ModelDraft
 class QuantizedDraft(ModelDraft):
     name = "quantized"
 
-    def __init__(self, target, train_ids, name: str | None = None, bits: int = 8,
-                 granularity: str = "channel", group_size: int = 32):
+    def __init__(self, target, train_ids, name: str | None = None, *, bits: int,
+                 granularity: str, group_size: int):
         with target.cache_set_aside():  # do not deep-copy the target's cache buffers
             qmodel, self.memory = quantized_copy(target, bits, granularity, group_size)
         super().__init__(target, train_ids, name, model=qmodel)

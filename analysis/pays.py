@@ -1,0 +1,51 @@
+"""What a target's pays map needs from a sweep: its verify-cost line, loop overheads and cells.
+
+The map itself (analysis/figures.py: pays_map) is the formula's best chain speedup
+(analysis/formula.py: pays_grid) over per-position acceptance and draft cost, with every chain
+cell of the sweep drawn at its (median acceptance, median c).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from .aggregate import pooled_speedup
+from .cost_models import EXTENDED_INPUTS, fit_extended
+from .formula import Overheads
+
+
+@dataclass
+class PaysInputs:
+    """What one target's pays map needs from a sweep (`pays_inputs`)."""
+    target_key: str
+    b: float                  # tv(k) / t1 = 1 + b k, the extended model's verify-cost line
+    t1: float                 # median one-char target pass, us
+    overheads: Overheads
+    points: pd.DataFrame      # one chain cell per row: draft, k, a (median per-position acceptance),
+                              # c (median), measured (pooled median speedup; NaN without pairs)
+
+    def verify_ratio(self, k):
+        return 1.0 + self.b * k
+
+
+def pays_inputs(finished: pd.DataFrame, pairs: pd.DataFrame, level: float) -> list[PaysInputs]:
+    """Per target (`target_key`) of a sweep's finished trials: the extended model fitted on that
+    target's trials (all drafts, trees included: b prices a verify pass by its node count) and
+    its chain cells (drafts without `+tree`) as points at (median position_acceptance, median c)."""
+    out = []
+    if any(c not in finished.columns for c in EXTENDED_INPUTS + ["position_acceptance", "c", "target_key"]):
+        return out
+    for key, t in finished.groupby("target_key", sort=True):
+        fit = fit_extended(t, free_loop=False)  # the (o_pass, gamma) form: no free loop runs here
+        chain = t[~t["draft"].str.contains("+", regex=False)]
+        pts = chain.groupby(["draft", "k"], sort=True)[["position_acceptance", "c"]].median()
+        pts = pts.rename(columns={"position_acceptance": "a"}).reset_index()
+        own = pairs[pairs["run_id"].isin(chain["run_id"])] if "run_id" in chain else pairs.iloc[0:0]
+        meas = pooled_speedup(own, level)[["draft", "k", "median"]] if len(own) else pd.DataFrame(
+            columns=["draft", "k", "median"])
+        pts = pts.merge(meas.rename(columns={"median": "measured"}), on=["draft", "k"], how="left")
+        out.append(PaysInputs(str(key), fit.b, float(t["target_pass_us"].median()),
+                              Overheads(fit.o_base, fit.o_pass, fit.gamma,
+                                        f"extended model fitted on the {fit.trials} trials of target {key}"), pts))
+    return out

@@ -1,0 +1,167 @@
+"""The sweep-level side of tracking, as a Hydra callback (runs in the parent process only).
+
+on_multirun_start: refuse what cannot work (a host-local store with a launcher beyond this
+host); plan the sweep (src/sweep/plan.py: validate every job, train each target once and
+publish it to the tracking server); open the sweep's parent run (or reopen it, when the same
+sweep is run again); hand every job the SweepContext (src/sweep/context.py) by appending
+one override to the task overrides. Nothing is written where only this host could read it.
+on_multirun_end: count, from the child runs on the server, what finished and what failed
+(runs left RUNNING by a dead worker are marked FAILED), log it on the parent run and close it.
+Hydra skips on_multirun_end when a launcher raises, so an atexit hook does the same then.
+"""
+from __future__ import annotations
+
+import atexit
+import gc
+import logging
+import time
+import uuid
+
+from hydra.core.global_hydra import GlobalHydra
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, open_dict, read_write
+
+from ..engine.errors import SpecsweepError
+from .compose import Compositions
+from .context import SweepContext, this_process
+from .launchers import check_launcher, launcher_name, n_workers
+from .ledger import done_cells, invocation_counts, invocation_runs, mark_lost, sweep_trial_runs
+from .plan import PlannedJob, finished_jobs, plan_jobs, prepare_targets, previous_parent, sweep_signature
+from .progress import hms
+from .store import KIND_TAG, SWEEP
+from .targets import publish_target
+from .tracking import client_for, code_version, environment_tags, setup_experiment, tracking_uri
+
+log = logging.getLogger(__name__)
+
+
+class _ShortContext(logging.Filter):
+    """The launcher logs every job's overrides: show the long `sweep={...}` one as `sweep=<id>`."""
+
+    def __init__(self, override: str, short: str) -> None:
+        super().__init__()
+        self.override, self.short = override, short
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str) and self.override in record.msg:
+            record.msg = record.msg.replace(self.override, self.short)
+        return True
+
+
+class SweepTracking(Callback):
+    def __init__(self) -> None:
+        self.client = None
+        self.ctx: SweepContext | None = None
+        self.jobs: list[PlannedJob] = []
+        self.closed = False
+        self.timers: dict[str, float] = {}   # the parent's own set-up times, logged on the parent run
+        self.compositions: Compositions | None = None
+
+    def __getstate__(self):
+        # Hydra pickles its callbacks to every worker; the client and the plan stay here.
+        return {}
+
+    def __setstate__(self, state):
+        self.__init__()
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        try:
+            self._start(config)
+        except SpecsweepError as e:
+            log.error("error: %s", e)
+            raise SystemExit(2)
+
+    def _start(self, config: DictConfig) -> None:
+        started = time.perf_counter()
+        if not config.tracking.enabled:
+            raise SpecsweepError("a sweep records its trials in a tracking store: tracking.enabled must be true")
+        uri = tracking_uri(config)
+        check_launcher(config, uri)                    # before any write
+        compositions = Compositions(GlobalHydra.instance().config_loader(), config)
+        jobs = plan_jobs(config, compositions)         # bad input stops here, before any write
+        import mlflow.tracking  # noqa: F401  (imported here, so that the store's timer below holds the store alone)
+        store_started = time.perf_counter()
+        experiment_id = setup_experiment(uri, config.tracking.experiment)
+        self.client = client = client_for(uri)
+        self.timers["setup_store_s"] = time.perf_counter() - store_started  # schema creation on a fresh store
+        targets = prepare_targets(jobs, lambda target, spec: publish_target(client, experiment_id, uri, target, spec))
+        version = code_version()
+        signature = sweep_signature(jobs, version)
+        skipped = finished_jobs(client, experiment_id, jobs, version) if config.resume else set()
+        previous = previous_parent(client, experiment_id, signature) if config.resume else None
+        name = str(config.get("sweep_name") or "adhoc")
+        if previous is not None:  # the same sweep again: continue it under its parent run
+            parent_run_id, sweep_id = previous.info.run_id, previous.data.tags["sweep_id"]
+            lost = mark_lost(client, sweep_trial_runs(client, experiment_id, parent_run_id),
+                             "lost: still RUNNING when its sweep was resumed (its worker died)")
+            if lost:
+                log.warning("%d trial run(s) of the earlier launch were left RUNNING: marked FAILED", lost)
+            client.update_run(parent_run_id, status="RUNNING")
+        else:
+            sweep_id = uuid.uuid4().hex[:12]
+            tags = {KIND_TAG: SWEEP, "sweep_id": sweep_id, "sweep_name": name, "launcher": launcher_name(config),
+                    "n_jobs": str(n_workers(config)), "trials_planned": str(len(jobs)), "sweep_signature": signature,
+                    "command_overrides": " ".join(config.hydra.overrides.task), **environment_tags()}
+            parent_run_id = client.create_run(experiment_id, tags=tags, run_name=f"sweep-{name}-{sweep_id}").info.run_id
+        self.jobs = jobs
+        self.ctx = SweepContext(sweep_id=sweep_id, sweep_name=name, invocation=uuid.uuid4().hex[:12],
+                                parent_run_id=parent_run_id, experiment_id=experiment_id, tracking_uri=uri,
+                                code_version=version, total=len(jobs), to_run=len(jobs) - len(skipped),
+                                n_jobs=n_workers(config), started=time.time(), parent=this_process(),
+                                targets=tuple(targets))
+        with read_write(config), open_dict(config):
+            config.hydra.overrides.task.append(self.ctx.override())  # every job's config gets `sweep`
+        # the sweeper's check and the launcher (in this process) get every job's config from the
+        # plan's compositions, the context added, instead of composing it twice more
+        self.compositions = compositions
+        compositions.serve()
+        short = _ShortContext(self.ctx.override(), f"sweep=<context of sweep {sweep_id}>")
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(short)
+        # at exit, freeze the heap first: the interpreter's teardown then skips collecting every
+        # object of torch, MLflow and Hydra (about 1 s of a sweep's wall time, for nothing)
+        atexit.register(gc.freeze)
+        atexit.register(self._close, abnormal=True)
+        log.info("sweep %s (%s): %d cells: %d done, %d to run, on %s (%s workers), tracked in %s%s", sweep_id, name,
+                 len(jobs), len(skipped), len(jobs) - len(skipped), launcher_name(config),
+                 self.ctx.n_jobs or "cluster's", uri, "" if config.resume else " (resume=false: rerunning every cell)")
+        self.t0 = time.monotonic()
+        self.timers["setup_s"] = time.perf_counter() - started
+
+    def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
+        failed = self._close(abnormal=False)
+        if failed:
+            raise SystemExit(1)  # a sweep with failed trials: all others ran, and the failures are recorded
+
+    def _close(self, abnormal: bool) -> int:
+        """Count from the server, log the counts on the parent run and close it; once.
+        Returns the planned cells without a FINISHED run (-1 when they could not be counted)."""
+        if self.closed or self.ctx is None:
+            return 0
+        self.closed = True
+        if self.compositions is not None:
+            self.compositions.stop()
+        ctx, client = self.ctx, self.client
+        try:
+            running = invocation_runs(client, ctx.experiment_id, ctx.invocation, status="RUNNING")
+            lost = mark_lost(client, running, "lost: still RUNNING when its sweep ended (its worker died)")
+            counts = invocation_counts(client, ctx.experiment_id, ctx.invocation)
+            done = done_cells(client, ctx.experiment_id, ctx.code_version)
+            finished = sum((j.config_hash, j.target_key) in done for j in self.jobs)
+            failed = ctx.total - finished          # every planned cell without a FINISHED run
+            run_now = sum(counts.values())
+            wall = time.monotonic() - self.t0
+            log.info("sweep %s done: %d/%d cells finished, %d failed, %d trials run now (%d lost), wall %s",
+                     ctx.sweep_id, finished, ctx.total, failed, run_now, lost, hms(wall))
+            from mlflow.entities import Metric
+            now = int(time.time() * 1000)
+            client.log_batch(ctx.parent_run_id, metrics=[
+                Metric("trials_finished", finished, now, 0), Metric("trials_failed", failed, now, 0),
+                Metric("trials_run_now", run_now, now, 0), Metric("trials_lost", lost, now, 0),
+                Metric("wall_s", wall, now, 0), *(Metric(k, v, now, 0) for k, v in self.timers.items())])
+            status = "FINISHED" if failed == 0 and not abnormal else "FAILED"
+            client.set_terminated(ctx.parent_run_id, status)
+            return failed
+        except Exception as e:  # at exit, the store may be gone: say so, do not raise
+            log.warning("could not count and close the sweep's parent run: %s", e)
+            return -1

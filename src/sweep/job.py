@@ -1,0 +1,245 @@
+"""One Hydra job: resolve the config into a trial spec, load the target, run the trial, record it.
+
+In a sweep the job's config carries the SweepContext (`cfg.sweep`, src/sweep/context.py): the
+store, the parent run, the published targets, the code version. The job then
+- refuses to run on a checkout whose code version differs from the parent's;
+- skips its cell when an identical trial already FINISHED (resume), by asking the server;
+- fetches the target the parent published (it never trains) and verifies its sha256;
+- claims its cell on the parent run (src/sweep/ledger.py): a duplicate gives way;
+- runs in a forked child that dies with its worker (a killed worker leaves no trial behind),
+  so a trial that dies is recorded FAILED by its worker and the sweep goes on.
+Alone (no -m), it sets the store up itself and publishes the target it trained or loaded.
+A failing trial is recorded FAILED and, in a sweep, does not abort the other trials.
+"""
+from __future__ import annotations
+
+import ctypes
+import logging
+import multiprocessing as mp
+import os
+import signal
+import socket
+import sys
+import time
+import traceback
+
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+from ..engine.errors import SpecsweepError
+from ..paths import REPO
+from ..trial.load import load_target
+from ..trial.render import trial_block
+from ..trial.spec import TrialSpec, trial_spec
+from ..trial.trial import run_trial
+from .context import SweepContext
+from .ledger import claim_cell, invocation_runs, is_done
+from .progress import report_progress
+from .store import KIND_TAG, TRIAL
+from .targets import PublishedTargets, publish_target
+from .tracking import client_for, code_version, config_hash, environment_tags, log_trial_result, setup_experiment, \
+    trial_params, tracking_uri
+
+log = logging.getLogger(__name__)
+
+
+class TrialRecord:
+    """The trial's MLflow run: created RUNNING before the work, ended FINISHED or FAILED."""
+
+    def __init__(self, client, cfg: DictConfig, spec: TrialSpec, ctx: SweepContext | None, experiment_id: str,
+                 target, target_run_id: str, job_num: int | None, fetched: bool, chash: str, on_run=None):
+        from mlflow.entities import Param
+        self.client = client
+        tags = {KIND_TAG: TRIAL, "config_hash": chash, "target_key": target.key,
+                "target_run_id": target_run_id, "target_fetched": str(fetched).lower(),
+                "torch_threads": str(spec.threads), "pid": str(os.getpid()), "repo_path": str(REPO),
+                **environment_tags()}
+        if ctx:
+            tags.update({"mlflow.parentRunId": ctx.parent_run_id, "sweep_id": ctx.sweep_id,
+                         "sweep_name": ctx.sweep_name, "sweep_invocation": ctx.invocation, "job_num": str(job_num),
+                         "n_jobs": str(ctx.n_jobs)})
+        else:
+            tags.update({"sweep_id": "none", "n_jobs": "1"})
+        self.run_id = client.create_run(experiment_id, run_name=spec.label, tags=tags).info.run_id
+        if on_run:  # at once: a worker whose trial dies from here on must find this run to fail it
+            on_run(self.run_id)
+        self.opened = time.perf_counter()
+        items = [Param(k, v) for k, v in trial_params(cfg, spec, target.key).items()]
+        for start in range(0, len(items), 100):
+            client.log_batch(self.run_id, params=items[start:start + 100])
+
+    def finish(self, cfg, result, job_started: float) -> None:
+        # for the harness-overhead benchmark: job_s, the whole job so far (load, trial, tracking writes);
+        # prep_s, its part before the run existed (validation, corpus and target, resume check)
+        result.metrics["job_s"] = time.perf_counter() - job_started
+        result.metrics["prep_s"] = self.opened - job_started
+        log_trial_result(self.client, self.run_id, cfg, result)
+        self.client.set_terminated(self.run_id, "FINISHED")
+
+    def fail(self, message: str, status: str = "FAILED") -> None:
+        try:
+            self.client.set_tag(self.run_id, "error", message[:5000])
+            self.client.set_terminated(self.run_id, status)
+        except Exception as e:  # the store itself may be what failed
+            log.warning("could not mark run %s %s: %s", self.run_id, status, e)
+
+
+def die_with_parent() -> None:
+    """Linux: this process gets SIGKILL when the thread that forked it ends, so a trial never
+    outlives its worker (a killed Ray worker would otherwise leave its trial running on)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def run_job(cfg: DictConfig) -> None:
+    """One trial. Alone, or in a sweep's parent process (joblib at n_jobs=1): in this process.
+    On a sweep's worker: in a forked child, so that a trial that dies (SIGKILL, out of memory)
+    takes neither its worker nor the sweep down; the worker then records its run FAILED."""
+    ctx = SweepContext.from_cfg(cfg)
+    if ctx is None:
+        run_trial_job(cfg, None)
+        return
+    num = HydraConfig.get().job.num
+    if ctx.in_parent():  # forking the parent (store connections, torch's threads) is not safe
+        run_trial_job(cfg, ctx, num)
+    else:
+        forked = mp.get_context("fork")
+        receive, send = forked.Pipe(duplex=False)
+        parent_pid = os.getpid()
+        child = forked.Process(target=_trial_child, args=(cfg, ctx, num, send, parent_pid))
+        child.start()
+        send.close()
+        run_id = None
+        try:
+            while run_id is None and receive.poll(None):  # the child sends its run id, then closes
+                run_id = receive.recv()
+        except EOFError:
+            pass
+        child.join()
+        if child.exitcode != 0:
+            record_death(ctx, num, child.exitcode, run_id, child.pid)
+    report_progress_safely(ctx)
+
+
+def _trial_child(cfg, ctx, num, send, parent_pid) -> None:
+    die_with_parent()
+    if os.getppid() != parent_pid:  # the worker died before the death signal was armed
+        os._exit(1)
+    try:
+        run_trial_job(cfg, ctx, num, on_run=send.send)
+    finally:
+        send.close()
+
+
+def report_progress_safely(ctx: SweepContext) -> None:
+    try:
+        report_progress(client_for(ctx.tracking_uri), ctx)
+    except Exception as e:
+        log.warning("progress unavailable: %s", e)
+
+
+def record_death(ctx: SweepContext, num: int, exitcode: int, run_id: str | None, pid: int) -> None:
+    cause = f"killed by signal {-exitcode}" if exitcode < 0 else f"exited with status {exitcode}"
+    log.error("trial #%d: its process %s; its run is marked FAILED", num, cause)
+    try:
+        client = client_for(ctx.tracking_uri)
+        if run_id is None:  # it died before it could say: its run, if any, carries its pid
+            mine = [r for r in invocation_runs(client, ctx.experiment_id, ctx.invocation, status="RUNNING")
+                    if r.data.tags.get("pid") == str(pid) and r.data.tags.get("job_num") == str(num)]
+            if not mine:
+                return  # it died before its run existed: the sweep counts the cell as not finished
+            run_id = mine[0].info.run_id
+        if client.get_run(run_id).info.status == "RUNNING":
+            client.set_tag(run_id, "error", f"trial process {cause}")
+            client.set_terminated(run_id, "FAILED")
+    except Exception as e:
+        log.warning("could not mark run %s FAILED: %s", run_id, e)
+
+
+def record_early_failure(cfg: DictConfig, ctx: SweepContext, num: int | None, message: str) -> None:
+    """A trial of a sweep that failed before its run existed (wrong code, no target) still
+    leaves a FAILED run under the sweep, so the failure is seen and counted on the server."""
+    try:
+        client = client_for(ctx.tracking_uri)
+        tags = {KIND_TAG: TRIAL, "mlflow.parentRunId": ctx.parent_run_id, "sweep_id": ctx.sweep_id,
+                "sweep_name": ctx.sweep_name, "sweep_invocation": ctx.invocation, "job_num": str(num),
+                "config_hash": config_hash(cfg), "error": message[:5000], **environment_tags()}
+        run_id = client.create_run(ctx.experiment_id, run_name=early_name(cfg), tags=tags).info.run_id
+        client.set_terminated(run_id, "FAILED")
+    except Exception as e:
+        log.warning("could not record the failure on the server: %s", e)
+
+
+def early_name(cfg: DictConfig) -> str:
+    """A run name for a job whose config did not resolve into a spec."""
+    return f"{cfg.get('draft', {}).get('name', '?')}-k{cfg.get('k', '?')}-s{cfg.get('seed', '?')}"
+
+
+def run_trial_job(cfg: DictConfig, ctx: SweepContext | None, num: int | None = None, on_run=None):
+    """The trial with its bookkeeping. on_run(run_id) is called once its run exists."""
+    job_started = time.perf_counter()
+    record = None
+    try:
+        spec = trial_spec(cfg)  # the config is read here, once; the trial gets the spec
+        if not cfg.tracking.enabled:  # a single run without a store
+            result = run_trial(spec)
+            for line in trial_block(spec, result).splitlines():
+                log.info(line)
+            return result.metrics
+        uri = ctx.tracking_uri if ctx else tracking_uri(cfg)
+        chash = config_hash(cfg)
+        client = client_for(uri)  # an unusable store is bad input too: find out before any work
+        if ctx:
+            if code_version() != ctx.code_version:
+                raise SpecsweepError(f"this checkout ({socket.gethostname()}: {code_version()}) is not the code of "
+                                     f"the sweep ({ctx.code_version}): check out the same commit")
+            source = PublishedTargets(ctx, client)
+            corpus, target = load_target(spec.target, source)
+            fetched = target.key in source.fetched
+            experiment_id, target_run_id = ctx.experiment_id, ctx.target(target.key).run_id
+            if cfg.resume and is_done(client, experiment_id, ctx.code_version, chash, target.key):
+                log.info("trial #%d: an identical run already FINISHED, skipped", num)
+                return None
+        else:
+            source = None  # the local cache
+            experiment_id = setup_experiment(uri, cfg.tracking.experiment)
+            corpus, target = load_target(spec.target)
+            fetched, target_run_id = False, publish_target(client, experiment_id, uri, target, spec.target).run_id
+        record = TrialRecord(client, cfg, spec, ctx, experiment_id, target, target_run_id, num, fetched, chash, on_run)
+        if ctx:
+            holder = claim_cell(client, ctx.parent_run_id, chash, record.run_id)
+            if holder is not None:  # a duplicate of a job that runs or ran: give way, leave no run behind
+                client.delete_run(record.run_id)
+                record = None
+                log.warning("trial #%d: its cell is held by run %s: this duplicate gives way", num, holder)
+                return None
+        trial_started = time.perf_counter()
+        result = run_trial(spec, source, loaded=(corpus, target))
+        result.metrics["trial_s"] = time.perf_counter() - trial_started
+        record.finish(cfg, result, job_started)
+        for line in trial_block(spec, result).splitlines():
+            log.info(line)
+        return result.metrics
+    except SpecsweepError as e:
+        log.error("error: %s", e)
+        if record:
+            record.fail(str(e))
+        elif ctx:
+            record_early_failure(cfg, ctx, num, str(e))
+        if ctx is None:
+            sys.exit(2)
+    except Exception as e:
+        log.error("trial failed: %s: %s", type(e).__name__, e)
+        if record:
+            record.fail(traceback.format_exc())
+        elif ctx:
+            record_early_failure(cfg, ctx, num, traceback.format_exc())
+        if ctx is None:
+            raise
+    except BaseException:  # interrupted: do not leave the run RUNNING
+        if record:
+            record.fail("interrupted", status="KILLED")
+        raise
+    return None

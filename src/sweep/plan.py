@@ -1,0 +1,106 @@
+"""A sweep's plan, made in the parent before any worker starts.
+
+Every job's config is composed and validated first (bad input stops the sweep with one line
+before anything is written to the store), every distinct target is trained once here with all
+cores and published to the tracking server (src/sweep/targets.py), and the jobs whose
+identical configuration already has a FINISHED run (same config hash, code version and target)
+are counted done: their workers skip them, so a rerun of the same command resumes.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass
+
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import DictConfig, OmegaConf
+
+from ..engine.errors import SpecsweepError
+from ..trial.load import load_target
+from ..trial.spec import TargetSpec, TrialSpec, trial_spec
+from .compose import Compositions, job_overrides
+from .ledger import done_cells
+from .store import KIND_TAG, SWEEP
+from .tracking import config_hash
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PlannedJob:
+    num: int
+    overrides: list[str]
+    cfg: DictConfig
+    spec: TrialSpec
+    config_hash: str
+    target_key: str = ""
+
+
+def plan_jobs(config: DictConfig, compositions: Compositions | None = None) -> list[PlannedJob]:
+    """Compose and validate every job's config; the first bad one raises SpecsweepError.
+    `compositions` (src/sweep/compose.py) composes them, once per group choice."""
+    if compositions is None:
+        compositions = Compositions(GlobalHydra.instance().config_loader(), config)
+    all_overrides = job_overrides(config)
+    values: dict[str, set] = {}
+    for overrides in all_overrides:
+        for o in overrides:
+            values.setdefault(o.split("=", 1)[0], set()).add(o)
+    swept = {key for key, seen in values.items() if len(seen) > 1}
+    jobs = []
+    for num, overrides in enumerate(all_overrides):
+        label = " ".join(o for o in overrides if o.split("=", 1)[0] in swept)  # what tells this trial apart
+        try:
+            cfg = compositions.compose(list(overrides))
+        except Exception as e:
+            raise SpecsweepError(f"trial #{num} ({label}): {str(e).splitlines()[0]}") from None
+        with_hydra = cfg
+        cfg = OmegaConf.masked_copy(with_hydra, [k for k in with_hydra if k != "hydra"])
+        try:
+            spec = trial_spec(cfg)
+        except SpecsweepError as e:
+            raise SpecsweepError(f"trial #{num} ({label}): {e}") from None
+        jobs.append(PlannedJob(num, list(overrides), cfg, spec, config_hash(cfg)))
+    return jobs
+
+
+def prepare_targets(jobs: list[PlannedJob], publish) -> list:
+    """Train (or load) each distinct target once, here, with all cores; publish it with
+    `publish(target, target_spec)` (to the tracking server) and note its key on every job. A
+    model draft's own trained model (`draft.model`) is a target too, trained and published the
+    same way, so no worker ever trains one. Returns what `publish` returned, one per distinct
+    target."""
+    keys: dict[str, str] = {}
+    published = []
+
+    def prepare(spec: TargetSpec) -> str:
+        ident = spec.identity()
+        if ident not in keys:
+            _, target = load_target(spec)
+            published.append(publish(target, spec))
+            keys[ident] = target.key
+        return keys[ident]
+
+    for job in jobs:
+        job.target_key = prepare(job.spec.target)
+        if job.spec.draft.model is not None:
+            prepare(job.spec.draft.model)
+    return published
+
+
+def sweep_signature(jobs: list[PlannedJob], code_version: str) -> str:
+    blob = "\n".join(sorted(f"{j.config_hash}:{j.target_key}" for j in jobs)) + code_version
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def finished_jobs(client, experiment_id: str, jobs: list[PlannedJob], code_version: str) -> set[int]:
+    """Job numbers whose configuration already has a FINISHED trial run with this code and target."""
+    done = done_cells(client, experiment_id, code_version)
+    return {j.num for j in jobs if (j.config_hash, j.target_key) in done}
+
+
+def previous_parent(client, experiment_id: str, signature: str):
+    """The newest parent run of a sweep with this signature (same jobs, same code), or None."""
+    runs = client.search_runs([experiment_id], f"tags.`{KIND_TAG}` = '{SWEEP}' and tags.sweep_signature = '{signature}'",
+                              max_results=1, order_by=["attributes.start_time DESC"])
+    return runs[0] if runs else None

@@ -1,0 +1,235 @@
+"""MLflow bookkeeping: where the store is, the experiment, and what a trial run records.
+
+Default store: `sqlite:///<repo>/mlruns/mlflow.db` with artifacts under `<repo>/mlruns/artifacts`,
+as absolute paths (jobs may start in another working directory). `MLFLOW_TRACKING_URI` or
+`tracking.uri` replace it; a tracking server URL works the same way.
+
+All calls go through an explicit `MlflowClient` and run ids: loky reuses worker processes, so
+MLflow's process-global active-run stack would leak from one job to the next.
+"""
+from __future__ import annotations
+
+import csv
+import functools
+import hashlib
+import io
+import logging
+import os
+import platform
+import socket
+import subprocess
+import tempfile
+import urllib.request
+from pathlib import Path
+
+import torch
+import yaml
+from filelock import FileLock
+from omegaconf import DictConfig, OmegaConf
+
+from ..engine.errors import SpecsweepError
+from ..paths import REPO
+from ..trial.spec import TrialSpec, tree_label
+from .store import KIND_TAG, is_server, resolve_uri, sqlite_path
+
+log = logging.getLogger(__name__)
+# No pooled SQLite connections: a trial process forked from a worker must not inherit open
+# connections of its parent, and short-lived connections suit many writer processes.
+os.environ.setdefault("MLFLOW_SQLALCHEMYSTORE_POOLCLASS", "NullPool")
+
+
+
+def tracking_uri(cfg: DictConfig | None = None) -> str:
+    """The store of a config, by the rules of src/sweep/store.py."""
+    return resolve_uri(str(cfg.tracking.uri) if cfg is not None and cfg.tracking.get("uri") else None)
+
+
+def artifact_location(uri: str, experiment: str) -> str | None:
+    """Artifacts beside a SQLite store; a server decides its own (None)."""
+    db = sqlite_path(uri)
+    return (db.parent / "artifacts" / experiment).as_uri() if db else None
+
+
+def store_lock(uri: str) -> FileLock:
+    """A lock for one-time set-up steps: beside a SQLite store, or in the temp folder for a server URI."""
+    db = sqlite_path(uri)
+    name = hashlib.sha256(uri.encode()).hexdigest()[:12]
+    path = (db.parent / ".store.lock") if db else Path(tempfile.gettempdir()) / f"specsweep-{name}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return FileLock(str(path))
+
+
+def check_server(uri: str, timeout: float = 3.0) -> None:
+    """A tracking server that is down gets a clear message within seconds, not minutes of retries."""
+    try:
+        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout) as resp:
+            if resp.status == 200:
+                return
+            problem = f"HTTP {resp.status}"
+    except (OSError, ValueError) as e:
+        problem = str(getattr(e, "reason", e))
+    raise SpecsweepError(f"tracking server {uri} is not reachable ({problem})")
+
+
+def _head(path: Path, n: int = 16) -> bytes:
+    with open(path, "rb") as f:
+        return f.read(n)
+
+
+def check_store(uri: str) -> None:
+    """Fail fast, with one line, on a store that cannot work: an unreachable server, a SQLite
+    file that cannot be created or written, or one that is not a database."""
+    if is_server(uri):
+        # bounded retries: a server that goes away mid-sweep fails the trial, not hangs it
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
+        check_server(uri)
+    db = sqlite_path(uri)
+    if db is not None:
+        try:
+            db.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise SpecsweepError(f"cannot create the tracking store folder {db.parent}: {e.strerror}") from None
+        if not os.access(db.parent, os.W_OK) or (db.exists() and not os.access(db, os.W_OK)):
+            raise SpecsweepError(f"the tracking store {db} is not writable")
+        if db.exists() and db.stat().st_size > 0 and not _head(db).startswith(b"SQLite format 3"):
+            raise SpecsweepError(f"the tracking store {db} is not an SQLite database (corrupt?)")
+
+
+def client_for(uri: str):
+    """A client on a store that passed `check_store`."""
+    from mlflow.tracking import MlflowClient
+    check_store(uri)
+    return MlflowClient(tracking_uri=uri)
+
+
+def setup_experiment(uri: str, name: str) -> str:
+    """Create the store's schema and the experiment once (under a lock); return its id.
+
+    Parallel workers on a fresh SQLite store otherwise race on schema migration and on
+    experiment creation (hydraflow #245, mlflow #4123)."""
+    check_store(uri)
+    with store_lock(uri):
+        client = client_for(uri)
+        try:
+            exp = client.get_experiment_by_name(name)
+            if exp is not None:
+                return exp.experiment_id
+            return client.create_experiment(name, artifact_location=artifact_location(uri, name))
+        except SpecsweepError:
+            raise
+        except Exception as e:
+            raise SpecsweepError(f"tracking store {uri} is unusable: {str(e).splitlines()[0][:200]}") from None
+
+
+def flatten(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in d.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flatten(value, name + "."))
+        else:
+            out[name] = value
+    return out
+
+
+def trial_config(cfg: DictConfig) -> dict:
+    """The resolved trial config without Hydra's own node, where it is tracked and the sweep it is in."""
+    container = OmegaConf.to_container(cfg, resolve=True)
+    for key in ("hydra", "tracking", "sweep", "resume"):  # where and how it is run, not what it computes
+        container.pop(key, None)
+    return container
+
+
+def config_hash(cfg: DictConfig) -> str:
+    """Identity of a trial's configuration (what it computes, not where it is logged)."""
+    blob = yaml.safe_dump(trial_config(cfg), sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=1)
+def git_state() -> tuple[str, bool]:
+    """(commit, dirty) of the repository, or ("unknown", False) outside git."""
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                                timeout=10).stdout.strip() or "unknown"
+        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
+                                    capture_output=True, text=True, timeout=10).stdout.strip())
+        return commit, dirty
+    except (OSError, subprocess.SubprocessError):
+        return "unknown", False
+
+
+@functools.lru_cache(maxsize=1)
+def code_version() -> str:
+    """The commit, plus a hash of the uncommitted diff when the tree is dirty."""
+    commit, dirty = git_state()
+    if not dirty:
+        return commit
+    diff = subprocess.run(["git", "diff", "HEAD"], cwd=REPO, capture_output=True, timeout=30).stdout
+    return f"{commit}+dirty.{hashlib.sha256(diff).hexdigest()[:12]}"
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def environment_tags() -> dict:
+    """Where a run ran: code, host, CPU model, library versions (the git state is read once per process:
+    a sweep's code does not change under it, and each read costs three git calls)."""
+    commit, dirty = git_state()
+    return {"git_commit": commit, "git_dirty": str(dirty).lower(), "code_version": code_version(),
+            "host": socket.gethostname(), "cpu_model": cpu_model(), "torch_version": torch.__version__,
+            "python_version": platform.python_version()}
+
+
+def verify_params(spec: TrialSpec) -> dict:
+    """verify = chain | tree, and for a tree its shape (`tree_widths`, e.g. 4-2-2-1)."""
+    return {"verify": "chain"} if spec.tree is None else {"verify": "tree", "tree_widths": tree_label(spec.tree)}
+
+
+def trial_params(cfg: DictConfig, spec: TrialSpec, target_key: str) -> dict:
+    """A trial run's params: the flattened resolved config, and the cell's coordinates by name."""
+    params = {key: str(v) for key, v in flatten(trial_config(cfg)).items()}
+    params.update({"draft": spec.draft.name, "k": str(spec.k), "seed": str(spec.seed), "n_chars": str(spec.n_chars),
+                   "pairs_min": str(spec.timing.pairs), "temperature": str(spec.temperature),
+                   "target_key": target_key, **verify_params(spec)})
+    return {key: v[:6000] for key, v in params.items()}
+
+
+def pairs_csv(timing) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(["pair", "order", "baseline_s", "speculative_s", "ratio", "baseline_cpu_wall", "speculative_cpu_wall"])
+    for i, (o, b, s, cb, cs) in enumerate(zip(timing.order, timing.baseline_s, timing.speculative_s,
+                                             timing.baseline_cpu_ratio, timing.speculative_cpu_ratio)):
+        w.writerow([i, o, f"{b:.9f}", f"{s:.9f}", f"{b / s:.6f}", f"{cb:.4f}", f"{cs:.4f}"])
+    return buf.getvalue()
+
+
+def log_trial_result(client, run_id: str, cfg: DictConfig, result) -> None:
+    """Metrics (with per-pair histories), and the artifacts: pairs.csv, config.yaml, sample.txt."""
+    import time
+
+    from mlflow.entities import Metric, RunTag
+    now = int(time.time() * 1000)
+    metrics = [Metric(key, float(v), now, 0) for key, v in result.metrics.items()]
+    t = result.timing
+    for i, (b, s) in enumerate(zip(t.baseline_s, t.speculative_s)):
+        metrics += [Metric("speedup_pair", b / s, now, i), Metric("baseline_s", b, now, i),
+                    Metric("speculative_s", s, now, i)]
+    tags = [RunTag(f"info.{key}", str(v)) for key, v in result.info.items()]
+    for start in range(0, len(metrics), 1000):  # few large transactions: SQLite commits are the cost
+        client.log_batch(run_id, metrics=metrics[start:start + 1000], tags=tags if start == 0 else [])
+    with tempfile.TemporaryDirectory() as tmp:
+        Path(tmp, "pairs.csv").write_text(pairs_csv(t))
+        Path(tmp, "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        Path(tmp, "sample.txt").write_text(result.text, encoding="utf-8")
+        client.log_artifacts(run_id, tmp)

@@ -1,0 +1,61 @@
+"""One trial's result as the lines the CLI prints (and the README shows)."""
+from __future__ import annotations
+
+from ..engine.timing import FIXED, WIDTH
+from .spec import TrialSpec
+from .trial import TrialResult
+
+
+def stop_text(r: TrialResult) -> str:
+    """Why the paired timing stopped, in words."""
+    t = r.timing
+    if t.stop == FIXED:
+        return "a fixed number of pairs"
+    width = f"{r.metrics['interval_rel_width']:.1%} wide"
+    return f"width reached, {width}" if t.stop == WIDTH else f"{t.stop} reached, {width}"
+
+
+def rounds_text(m: dict) -> str:
+    """How many cost rounds, and why they stopped, where the trial logged it."""
+    if "cost_rounds" not in m:
+        return ""
+    why = {None: "", 1: ", width reached", 0: ", cap reached"}[m.get("cost_width_reached")]
+    return f" ({m['cost_rounds']} rounds{why})"
+
+
+def trial_block(spec: TrialSpec, r: TrialResult) -> str:
+    m = r.metrics
+    k = spec.k
+    per_pos = " ".join(f"{m[f'acceptance_pos_{i}']:.2f}" for i in range(1, k + 1))
+    tree = "tree_nodes" in m
+    verify_size = f"1+{m['verify_nodes']:.0f} nodes" if tree else "k+1"
+    lines = [
+        f"draft {r.info['draft']}  k={k}  seed={spec.seed}  n_chars={spec.n_chars}  temperature={spec.temperature}"
+        f"  verify={r.info.get('verify', 'chain')}",
+        f"target {r.info['target_key']}: {r.info['target_params']} params, val loss {r.info['target_val_loss']:.4f} nats/char",
+        f"acceptance        {m['acceptance']:.3f}  (per tested position {m['position_acceptance']:.3f}, "
+        f"analytic {m['analytic_acceptance']:.3f})",
+        f"P(draft i kept)   {per_pos}" + ("  (tree: P(path reaches depth i))" if tree else ""),
+        f"chars per pass    {m['chars_per_pass']:.2f}   target passes {m['target_passes']} (baseline {m['baseline_passes']})",
+        f"cost              target pass {m['target_pass_us']:.0f} us, verify pass ({verify_size}) {m['verify_pass_us']:.0f} us, "
+        f"draft {m['draft_char_us']:.1f} us/{'node' if tree else 'char'}, c = {m['c']:.3f}{rounds_text(m)}",
+        f"speedup           {m['speedup_median']:.2f}x [{m['speedup_lo']:.2f}-{m['speedup_hi']:.2f}] over "
+        f"{m['pairs_used']} pair{'s' * (m['pairs_used'] != 1)} ({m['speedup_interval_confidence']:.1%} interval for "
+        f"the median; {stop_text(r)})",
+        f"predicted         {m['predicted_speedup']:.2f}x  = chars per pass / (1 + "
+        + (f"{m['nodes_per_pass']:.1f} nodes per pass x c)" if tree else "k c)"),
+    ]
+    if m["min_cpu_wall_ratio"] < 0.8:
+        lines.append(f"warning: a timed run got only {m['min_cpu_wall_ratio']:.2f} CPU/wall (descheduled)")
+    for arm in ("baseline", "speculative"):
+        if m[f"{arm}_iqr_rel"] > 0.10:
+            lines.append(f"warning: {arm} times spread {m[f'{arm}_iqr_rel']:.0%} (IQR/median)")
+    if m["speedup_interval_confidence"] < r.timing.level:
+        lines.append(f"note: too few pairs ({m['pairs_used']}) for a {r.timing.level:.0%} interval for the median")
+    if m["speedup_lo"] < 1.0 < m["speedup_hi"]:
+        lines.append("note: the interval straddles 1.0: no demonstrated speedup or slowdown")
+    if "tvd_speculative" in m:
+        lines.append(f"exactness         TVD speculative {m['tvd_speculative']:.4f} vs direct {m['tvd_direct']:.4f} "
+                     f"({spec.exactness_samples} samples of the first char)")
+    lines.append(f"text              {r.text[:80]!r}")
+    return "\n".join(lines)

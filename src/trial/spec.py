@@ -1,0 +1,328 @@
+"""The trial specification: the composed config of one cell, resolved and checked once.
+
+`trial_spec(config)` turns a composed config (Hydra's DictConfig, or any mapping of the same
+shape: conf/config.yaml and its groups) into a frozen `TrialSpec`, refusing every bad value
+with one sentence (`SpecsweepError`) before any work is done. The trial and everything below
+it take the spec, never the config: each setting is read here, in one place, and nowhere is
+a default repeated (every default lives in conf/).
+
+What is not part of a trial (where it is tracked, the sweep it is in, resume) is left to the
+sweep; `sweep_name`, `resume`, `sweep`, `tracking` and Hydra's own node are not read here.
+"""
+from __future__ import annotations
+
+import importlib
+import inspect
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..engine.errors import SpecsweepError
+from ..engine.timing import cost_round_options, timing_options
+from ..engine.train import TrainConfig
+from ..engine.tree import check_widths, max_nodes
+from ..paths import REPO
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    source: str                  # shakespeare | synthetic (ignored when path is set)
+    path: Path | None            # a UTF-8 text file, absolute; None: the source
+    cache_dir: Path              # corpus, models and drafts cache, absolute
+    synthetic_chars: int | None  # length of the synthetic text (data=synthetic)
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    """What determines a trained target: corpus, model shape, training, seed."""
+    data: DataSpec
+    model: dict                  # the model's shape (ModelConfig's fields but vocab_size)
+    train: TrainConfig
+    train_seed: int
+
+    def identity(self) -> str:
+        """Equal for specs that train the same target (the plan trains each one once)."""
+        return repr((self.data, sorted(self.model.items()), self.train, self.train_seed))
+
+
+@dataclass(frozen=True)
+class DraftSpec:
+    name: str
+    cls: str                     # the draft class, `module.Class` (the config's `_target_`)
+    options: dict                # the class's own keyword arguments from its conf/draft file
+    model: TargetSpec | None     # a model draft's own trained model (`draft.model`), else None
+
+
+@dataclass(frozen=True)
+class TimingSpec:
+    pairs: int                   # the minimum of alternated pairs
+    pair_options: dict           # paired_timing's keywords: target_width, level, max_pairs, max_seconds
+    cost_reps: int               # calls per component-time block
+    cost_options: dict           # measure_cost's keywords: width, level, max_rounds, max_seconds
+    free_loop: bool              # chains: time the free loop and the baseline loop with the components
+    lock: bool                   # one timed phase per host at a time
+    lock_dir: Path | None        # where the host's lock file lives; None: the system's temp folder
+
+
+@dataclass(frozen=True)
+class TrialSpec:
+    target: TargetSpec
+    draft: DraftSpec
+    k: int                       # drafted chars per pass (a tree: its depth)
+    tree: tuple[int, ...] | None  # verify=tree: the widths per depth; None: a chain
+    seed: int
+    n_chars: int
+    temperature: float
+    prompt: str
+    threads: int
+    device: str
+    timing: TimingSpec
+    exactness_samples: int | None  # the seed's first-char TVD check: its samples, None when off
+
+    @property
+    def label(self) -> str:
+        """The cell as a run is named: <draft>-k<k>-s<seed>, a tree's <draft>-tree<widths>-s<seed>."""
+        shape = f"tree{tree_label(self.tree)}" if self.tree else f"k{self.k}"
+        return f"{self.draft.name}-{shape}-s{self.seed}"
+
+    @property
+    def drafted_per_pass(self) -> int:
+        """The most chars (nodes) a pass drafts: k for a chain, the full tree's nodes."""
+        return max_nodes(self.tree) if self.tree else self.k
+
+
+def tree_label(widths) -> str:
+    """A tree shape as a short label: (4, 2, 2, 1) -> '4-2-2-1'."""
+    return "-".join(map(str, widths))
+
+
+def plain(value):
+    """A config value as plain Python: mappings to dicts, sequences (not strings) to lists."""
+    if isinstance(value, Mapping):
+        return {str(key): plain(v) for key, v in value.items()}
+    if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
+        return [plain(v) for v in value]
+    return value
+
+
+def repo_path(p: str | Path) -> Path:
+    """Relative paths in the config are relative to the repository root, wherever the job runs."""
+    p = Path(p)
+    return p if p.is_absolute() else REPO / p
+
+
+class _Reader:
+    """Reads a config node key by key; a key the node lacks is one sentence naming it."""
+
+    def __init__(self, node, where: str = ""):
+        self.node, self.where = node, where
+
+    def __getitem__(self, key: str):
+        try:
+            return self.node[key]
+        except (KeyError, TypeError, AttributeError):
+            raise SpecsweepError(f"the config lacks {self.where}{key}") from None
+
+    def sub(self, key: str) -> "_Reader":
+        value = self[key]
+        if not isinstance(value, Mapping):
+            raise SpecsweepError(f"{self.where}{key} must be a config group, got {value!r}")
+        return _Reader(value, f"{self.where}{key}.")
+
+
+def integer(name: str, value, lo: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+        raise SpecsweepError(f"{name} must be an integer >= {lo}, got {value!r}")
+    return value
+
+
+def number(name: str, value, lo: float, open_lo: bool = False) -> float:
+    bad = isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+        or value < lo or (open_lo and value == lo)
+    if bad:
+        raise SpecsweepError(f"{name} must be a number {'>' if open_lo else '>='} {lo}, got {value!r}")
+    return float(value)
+
+
+def boolean(name: str, value) -> bool:
+    if not isinstance(value, bool):
+        raise SpecsweepError(f"{name} must be true or false, got {value!r}")
+    return value
+
+
+def text(name: str, value, allow_empty: bool = False) -> str:
+    if not isinstance(value, str) or (not allow_empty and not value):
+        raise SpecsweepError(f"{name} must be a non-empty string, got {value!r}")
+    return value
+
+
+def data_spec(node) -> DataSpec:
+    d = _Reader(node, "data.")
+    path = d["path"]
+    if path is not None:
+        path = repo_path(text("data.path", str(path)))
+    source = text("data.source", d["source"])
+    synthetic = node.get("synthetic_chars") if isinstance(node, Mapping) else None
+    if synthetic is not None:
+        integer("data.synthetic_chars", synthetic, 1)
+    return DataSpec(source, path, repo_path(text("data.cache_dir", str(d["cache_dir"]))), synthetic)
+
+
+MODEL_KEYS = ("block_size", "n_layer", "n_head", "d_model", "dropout")
+
+
+def model_shape(node, where: str = "model") -> dict:
+    m = _Reader(node, f"{where}.")
+    shape = {key: m[key] for key in MODEL_KEYS}
+    for key in ("block_size", "n_layer", "n_head", "d_model"):
+        integer(f"{where}.{key}", shape[key], 1)
+    number(f"{where}.dropout", shape["dropout"], 0.0)
+    if shape["d_model"] % shape["n_head"]:
+        raise SpecsweepError(f"{where}.d_model ({shape['d_model']}) must be a multiple of {where}.n_head "
+                             f"({shape['n_head']})")
+    extra = sorted(set(node) - set(MODEL_KEYS))
+    if extra:
+        raise SpecsweepError(f"{where} has unknown keys: {', '.join(extra)} (known: {', '.join(MODEL_KEYS)})")
+    return shape
+
+
+def train_config(node) -> TrainConfig:
+    known = list(TrainConfig.__dataclass_fields__)
+    t = _Reader(node, "train.")
+    values = {key: t[key] for key in known}
+    for key in ("steps", "batch_size", "eval_interval", "eval_batches"):
+        integer(f"train.{key}", values[key], 1)
+    integer("train.warmup_steps", values["warmup_steps"], 0)
+    for key in ("lr", "min_lr", "weight_decay", "grad_clip"):
+        number(f"train.{key}", values[key], 0.0)
+    vf = number("train.val_fraction", values["val_fraction"], 0.0, open_lo=True)
+    if vf >= 1:
+        raise SpecsweepError(f"train.val_fraction must be in (0, 1), got {vf!r}")
+    extra = sorted(set(node) - set(known))
+    if extra:
+        raise SpecsweepError(f"train has unknown keys: {', '.join(extra)}")
+    return TrainConfig(**values)
+
+
+def target_spec(config, model_node=None) -> TargetSpec:
+    """The target of `config`; with model_node, the same corpus, training and seed with that model."""
+    c = _Reader(config)
+    return TargetSpec(data_spec(c.sub("data").node), model_shape(model_node if model_node is not None else
+                                                                 c.sub("model").node),
+                      train_config(c.sub("train").node), integer("train_seed", c["train_seed"], 0))
+
+
+# keyword arguments the trial supplies itself (src/trial/load.py: build_draft), never from conf/draft
+SUPPLIED = ("target", "train_ids", "cache_dir", "target_key", "model")
+
+
+def draft_class(path: str):
+    module, _, name = path.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError) as e:
+        raise SpecsweepError(f"draft class {path!r} cannot be imported ({e})") from None
+
+
+def draft_spec(node, config=None) -> DraftSpec:
+    """A conf/draft node as a DraftSpec; a model draft's own model needs the trial's `config`
+    (its corpus, training and train_seed). The class must exist and take every option."""
+    d = _Reader(node, "draft.")
+    name = text("draft.name", d["name"])
+    cls_path = text("draft._target_", d["_target_"])
+    options = {key: plain(v) for key, v in node.items() if key not in ("_target_", "name", "model")}
+    cls = draft_class(cls_path)
+    accepted = inspect.signature(cls.__init__).parameters
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in accepted.values())
+    unknown = sorted(key for key in options if key not in accepted and not takes_any)
+    if unknown:
+        raise SpecsweepError(f"draft {name!r}: {cls.__name__} takes no option {', '.join(unknown)}")
+    supplied = sorted(key for key in options if key in SUPPLIED)
+    if supplied:
+        raise SpecsweepError(f"draft {name!r}: {', '.join(supplied)} is supplied by the trial, not by conf/draft")
+    model = None
+    if isinstance(node.get("model"), Mapping):
+        if config is None:
+            raise SpecsweepError(f"draft {name!r} has a model of its own: it needs the trial's config")
+        model = target_spec(config, node["model"])
+    return DraftSpec(name, cls_path, options, model)
+
+
+def tree_widths(config, k: int) -> tuple[int, ...] | None:
+    """The tree's widths for verify=tree, None for the chain; a bad shape, or a k other than the
+    tree's depth, is refused in one line."""
+    v = _Reader(config).sub("verify")
+    name = v["name"]
+    if name == "chain":
+        return None
+    if name != "tree":
+        raise SpecsweepError(f"unknown verify {name!r} (chain or tree)")
+    try:
+        shape = check_widths(plain(v["widths"]), "verify.widths")
+    except ValueError as e:
+        raise SpecsweepError(str(e)) from None
+    if k != len(shape):
+        raise SpecsweepError(f"verify=tree: k ({k}) must equal the tree's depth, len(verify.widths) = "
+                             f"{len(shape)} for widths {list(shape)}; set k={len(shape)}")
+    return shape
+
+
+def timing_spec(node) -> TimingSpec:
+    t = _Reader(node, "timing.")
+    pairs = integer("timing.pairs", t["pairs"], 1)
+    pair_options = timing_options(t["target_width"], t["confidence"], t["max_pairs"], t["max_seconds"])
+    cost_options = cost_round_options(t["cost_width"], t["confidence"], t["cost_max_rounds"], t["cost_max_seconds"])
+    lock_dir = t["lock_dir"]
+    return TimingSpec(pairs, pair_options, integer("timing.cost_reps", t["cost_reps"], 1), cost_options,
+                      boolean("timing.free_loop", t["free_loop"]), boolean("timing.lock", t["lock"]),
+                      None if lock_dir is None else repo_path(text("timing.lock_dir", str(lock_dir))))
+
+
+def trial_spec(config) -> TrialSpec:
+    """The composed config as a TrialSpec, every value checked (one sentence if bad)."""
+    c = _Reader(config)
+    k = integer("k", c["k"], 1)
+    tree = tree_widths(config, k)
+    n_chars = integer("n_chars", c["n_chars"], 1)
+    temperature = number("temperature", c["temperature"], 0.0)
+    prompt = c["prompt"]
+    if not isinstance(prompt, str) or not prompt:
+        raise SpecsweepError(f"prompt must not be empty, got {prompt!r}")
+    device = text("device", c["device"])
+    if device != "cpu" and not device.startswith("cuda"):
+        raise SpecsweepError(f"device must be cpu or cuda[:N], got {device!r}")
+    target = target_spec(config)
+    need = len(prompt) + n_chars + k
+    if need > target.model["block_size"]:
+        raise SpecsweepError(f"prompt ({len(prompt)}) + n_chars ({n_chars}) + k ({k}) = {need} chars "
+                             f"exceeds the model's context window of {target.model['block_size']}")
+    draft = draft_spec(c.sub("draft").node, config)
+    check_draft(draft, target, k, need)
+    e = _Reader(config).sub("exactness")
+    samples = integer("exactness.samples", e["samples"], 1)
+    return TrialSpec(target=target, draft=draft, k=k, tree=tree, seed=integer("seed", c["seed"], 0), n_chars=n_chars,
+                     temperature=temperature, prompt=prompt, threads=integer("threads", c["threads"], 1),
+                     device=device, timing=timing_spec(c.sub("timing").node),
+                     exactness_samples=samples if boolean("exactness.enabled", e["enabled"]) else None)
+
+
+def check_draft(draft: DraftSpec, target: TargetSpec, k: int, need: int) -> None:
+    """What a draft's own settings allow: heads draft at most one char per head; a model draft
+    must fit the trial's chars in its own context window and must not be the target itself: the
+    same model config, corpus, training and train_seed give the same cache key, hence the same
+    checkpoint, and a target drafting for itself accepts every char by construction (p = q)
+    while paying a full forward per drafted char: it measures only the loop's overhead, so it is
+    refused rather than swept."""
+    n_heads = draft.options.get("n_heads")
+    if isinstance(n_heads, int) and k > n_heads:
+        raise SpecsweepError(f"k = {k} exceeds the {n_heads} heads of draft {draft.name!r} (set draft.n_heads >= k)")
+    if draft.model is None:
+        return
+    if draft.model.model["block_size"] < need:
+        raise SpecsweepError(f"draft {draft.name!r}: its model's context window ({draft.model.model['block_size']}) "
+                             f"is shorter than prompt + n_chars + k = {need}")
+    if draft.model.model == target.model:
+        raise SpecsweepError(f"draft {draft.name!r} has the target's own model config: it would be the target drafting "
+                             "for itself (acceptance 1 by construction); use a larger target (model=medium) "
+                             "or another draft model (model@draft.model=NAME)")

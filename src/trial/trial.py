@@ -1,0 +1,127 @@
+"""One cell: a `TrialSpec` in, its counters, component costs and paired timings out.
+
+`run_trial(spec)` is a plain function; the sweep's job, the CLI and the tests all call it. It
+returns a `TrialResult` and records nothing: tracking is the sweep's (src/sweep/job.py). Its
+corpus and targets come from a `TargetSource` (src/trial/load.py): the local model cache by
+default, the targets a sweep's parent published in a sweep's worker.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import torch
+
+from ..engine.decode import generate_baseline, generate_speculative
+from ..engine.measure import exactness_check, measure_cost
+from ..engine.replay import ProposalRecorder, ReplayDraft
+from ..engine.timing import PairedTiming, paired_timing
+from ..engine.tree import generate_tree, max_nodes
+from .load import TargetSource, build_draft, draft_model_key, load_target
+from .lock import timing_lock
+from .spec import TrialSpec, tree_label
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrialResult:
+    metrics: dict                 # flat name -> number, everything a sweep compares
+    timing: PairedTiming          # raw per-pair times
+    text: str                     # the speculative run's generated chars
+    info: dict = field(default_factory=dict)  # target key, draft facts, ...
+
+
+def free_loop_run(speculate, recorder: ProposalRecorder, g):
+    """(run, passes) for measure_cost's free loop (`loops`): the loop replaying the counter run's
+    recorded proposals (src/engine/replay.py), timed as the speculative arm is (no overlap
+    counter); speculate(track_overlap, with_draft) runs the trial's loop. Run once here, untimed, to
+    check it makes the counter run's passes and chars; None, with a warning, where it does not (a
+    draft that is not deterministic given the seed)."""
+    free = ReplayDraft(recorder)
+
+    def run():
+        return speculate(False, free)
+    try:
+        replayed = run()
+    except RuntimeError:
+        replayed = None
+    if replayed is None or (replayed.tokens, replayed.target_passes) != (g.tokens, g.target_passes):
+        log.warning("the free loop's replay diverged from the counter run: free_pass_us and base_pass_us not measured")
+        return None
+    return run, g.target_passes
+
+
+def run_trial(spec: TrialSpec, source: TargetSource | None = None, progress: bool = True,
+              loaded=None, lock=None) -> TrialResult:
+    """source: where the corpus and the trained targets come from (default: the local cache).
+    loaded: (corpus, TrainedTarget) if the caller has them already.
+    lock: a context manager held around the timed phase (cost and paired timing), so parallel
+    workers time one at a time while their deterministic work runs in parallel (default: the
+    host's timing lock, `spec.timing.lock`)."""
+    torch.set_num_threads(spec.threads)  # every job: loky reuses worker processes
+    device = spec.device
+    corpus, target = loaded if loaded is not None else load_target(spec.target, source, progress)
+    model = target.model.to(device)
+    draft = build_draft(spec.draft, spec.target, target, corpus, source)
+    prompt = target.tokenizer.encode(spec.prompt).tolist()
+    k, n, T = spec.k, spec.n_chars, spec.temperature
+    widths = spec.tree
+
+    def new_gen():
+        return torch.Generator(device=device).manual_seed(spec.seed)
+
+    def speculate(track_overlap=True, with_draft=draft):
+        """One run of the trial's loop from its seed (with_draft: the draft, or a stand-in for it)."""
+        if widths is None:
+            return generate_speculative(model, with_draft, prompt, n, k, T, new_gen(), track_overlap=track_overlap)
+        return generate_tree(model, with_draft, prompt, n, widths, T, new_gen(), track_overlap=track_overlap)
+
+    def baseline():
+        return generate_baseline(model, prompt, n, T, new_gen())
+
+    # deterministic counters: exact given the seed; a chain's proposals recorded for the free loop
+    recorder = ProposalRecorder(draft) if widths is None and spec.timing.free_loop else None
+    g = speculate(with_draft=draft if recorder is None else recorder)
+    free_run = None if recorder is None else free_loop_run(speculate, recorder, g)
+    # the free loop and the baseline loop, timed with the components (the cost model's loop times)
+    loops = None if free_run is None else {"free": free_run, "base": (baseline, n)}
+    metrics = {
+        "acceptance": g.accepted / g.proposed,
+        "position_acceptance": g.accepted / g.tested,
+        "analytic_acceptance": g.overlap_sum / g.tested,
+        "chars_per_pass": g.chars_emitted / g.target_passes,
+        "target_passes": g.target_passes,
+        "baseline_passes": n,
+        "draft_calls": g.draft_calls,
+        "proposed": g.proposed,
+        "accepted": g.accepted,
+    }
+    for i, a in enumerate(g.accepted_at, start=1):
+        metrics[f"acceptance_pos_{i}"] = a / g.target_passes   # tree: passes whose path reached depth i
+    # drafted chars per pass: k for the chain, the tree's nodes (fewer where a draft row has
+    # fewer chars with mass than a width) for a tree; the cost model's draft term is this times c
+    per_pass = g.proposed / g.target_passes
+    if widths is not None:
+        metrics.update({"tree_depth": len(widths), "tree_nodes": max_nodes(widths), "nodes_per_pass": per_pass})
+
+    t = spec.timing
+    with lock if lock is not None else timing_lock(t):
+        metrics.update(measure_cost(model, draft, prompt, k, T, t.cost_reps, device, tree_widths=widths,
+                                    loops=loops, **t.cost_options))
+        timing = paired_timing(baseline, lambda: speculate(track_overlap=False), t.pairs, device, **t.pair_options)
+    metrics.update(timing.summary())
+    metrics["predicted_speedup"] = metrics["chars_per_pass"] / (1 + per_pass * metrics["c"])
+    # loop overhead left after the measured components, per pass (used by the cost models)
+    spec_s = metrics["speculative_s_median"]
+    metrics["overhead_us_per_pass"] = (spec_s * 1e6 - g.target_passes * metrics["verify_pass_us"]
+                                       - g.proposed * metrics["draft_char_us"]) / g.target_passes
+    if spec.exactness_samples is not None:
+        metrics.update(exactness_check(model, draft, prompt, T, spec.exactness_samples, spec.seed, tree_widths=widths))
+    info = {"target_key": target.key, "target_val_loss": target.val_loss, "verify": "chain" if widths is None
+            else f"tree {tree_label(widths)} ({max_nodes(widths)} nodes)",
+            "target_params": model.n_params(), "draft": draft.name, **{f"draft_{a}": b for a, b in draft.describe().items()}}
+    model_key = draft_model_key(spec.draft, corpus)
+    if model_key is not None:  # a model draft: which trained target drafted (a tag `info.draft_model_key`)
+        info["draft_model_key"] = model_key
+    return TrialResult(metrics, timing, target.tokenizer.decode(g.tokens), info)

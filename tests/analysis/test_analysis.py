@@ -1,0 +1,424 @@
+"""analysis/: tables, cost models and the report CLI on synthetic sweeps with planted values.
+
+The store is a throwaway SQLite file under pytest's tmp dir (see analysis_fixtures.py); the
+repository's own mlruns/ is never touched.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import mlflow
+import numpy as np
+import pandas as pd
+import pytest
+from mlflow.tracking import MlflowClient
+from scipy.stats import binom
+
+from tests.analysis import fixtures as fx
+from analysis import report as report_cli
+from analysis.aggregate import configured_level, pooled_speedup, trial_status
+from analysis.cost_models import MODELS, best_k, fit_extended
+from analysis.export import latex, markdown
+from analysis.load import connect, load_sweep, tidy_runs
+from analysis.report import build_report, write_outputs
+from analysis.tables import verdict
+from src.engine.errors import SpecsweepError
+
+from src.paths import REPO  # noqa: E402
+CELLS = [(d, k) for d in sorted(fx.DRAFTS) for k in fx.K]
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory):
+    saved = os.environ.get("MLFLOW_TRACKING_URI")
+    tmp = tmp_path_factory.mktemp("store")
+    p = fx.plant_sweeps(tmp)
+    os.environ["MLFLOW_TRACKING_URI"] = p.uri  # anything that falls back to the default lands here
+    yield p
+    mlflow.set_tracking_uri(None)  # connect() set mlflow's global URI (and the env var): undo it
+    os.environ.pop("MLFLOW_TRACKING_URI", None)
+    if saved is not None:
+        os.environ["MLFLOW_TRACKING_URI"] = saved
+
+
+@pytest.fixture(scope="module")
+def data(planted):
+    return load_sweep(connect(planted.uri), fx.EXPERIMENT)
+
+
+@pytest.fixture(scope="module")
+def report(data):
+    return build_report(data)
+
+
+def table(report, name) -> pd.DataFrame:
+    return next(t for t in report.tables if t.name == name).df
+
+
+def row(df: pd.DataFrame, **where) -> pd.Series:
+    mask = np.logical_and.reduce([df[c] == v for c, v in where.items()])
+    assert mask.sum() == 1, where
+    return df[mask].iloc[0]
+
+
+def planted_cell(planted, draft, k) -> list[dict]:
+    return [m for (d, kk, _), m in sorted(planted.trials.items()) if (d, kk) == (draft, k)]
+
+
+def planted_ratios(planted, draft, k) -> list[float]:
+    return [r for (d, kk, _), rs in sorted(planted.ratios.items()) if (d, kk) == (draft, k) for r in rs]
+
+
+# --- loading -------------------------------------------------------------------------------
+
+def test_latest_sweep_by_default_and_any_sweep_by_id(planted, data):
+    assert data.sweep.sweep_id == fx.SWEEP_ID and data.sweep.name == "paper"
+    assert data.sweep.parent_run_id == planted.parent_run_id
+    old = load_sweep(connect(planted.uri), fx.EXPERIMENT, fx.OLD_SWEEP_ID)
+    assert old.sweep.parent_run_id == planted.old_parent_run_id
+    assert list(old.finished[["draft", "k", "seed"]].itertuples(index=False, name=None)) == [("bigram", 1, 0)]
+
+
+def test_params_are_cast_and_one_finished_run_per_trial(planted, data):
+    f = data.finished
+    assert f["k"].dtype.kind == "i" and f["seed"].dtype.kind == "i"
+    assert set(f["n_chars"]) == {fx.N_CHARS} and set(f["temperature"]) == {1.0}
+    assert len(f) == len(planted.trials) == 32
+    assert not f.duplicated(["draft", "k", "seed"]).any()  # the redone trial counts once
+    assert len(data.unplaced) == 1 and data.unplaced["status"].tolist() == ["FAILED"]
+    assert set(f["cpu_model"]) == {fx.CPU[0]} and set(f["host"]) == {fx.CPU[1]}  # tags come along
+
+
+def test_failed_running_and_missing_trials_are_counted(data):
+    status = trial_status(data.trials)
+    assert status[["seeds", "finished", "failed", "missing"]].sum().tolist() == [36, 32, 3, 4]
+    assert row(status, draft="int4", k=8)[["finished", "failed", "missing"]].tolist() == [0, 2, 3]
+    assert row(status, draft="int8", k=2)[["finished", "failed", "missing"]].tolist() == [2, 1, 1]
+    assert row(status, draft="bigram", k=4)[["finished", "failed", "missing"]].tolist() == [3, 0, 0]
+
+
+# --- tables --------------------------------------------------------------------------------
+
+def test_acceptance_table_is_the_median_over_seeds_of_the_planted_counters(planted, report):
+    df = table(report, "acceptance")
+    assert len(df) == 11  # int4 k=8 has no finished trial
+    names = {"acceptance": "acceptance", "chars_per_pass": "chars per pass", "target_passes": "target passes",
+             "position_acceptance": "per-position acceptance", "analytic_acceptance": "analytic acceptance"}
+    for draft, k in CELLS:
+        trials = planted_cell(planted, draft, k)
+        if not trials:
+            assert ((df["draft"] == draft) & (df["k"] == k)).sum() == 0
+            continue
+        r = row(df, draft=draft, k=k)
+        assert r["seeds"] == len(trials)
+        for metric, col in names.items():
+            assert r[col] == pytest.approx(np.median([m[metric] for m in trials]), rel=1e-12), (draft, k, col)
+    int8_k8 = planted_cell(planted, "int8", 8)
+    assert row(df, draft="int8", k=8)["target passes"] == np.median([m["target_passes"] for m in int8_k8])
+
+
+def test_position_acceptance_has_k_columns_per_cell(planted, report):
+    positions = next(t for t in report.tables if t.name == "acceptance_by_position")
+    r = row(positions.df, draft="int4", k=2)
+    planted_pos_2 = [m["acceptance_pos_2"] for m in planted_cell(planted, "int4", 2)]
+    assert r["draft 2 kept"] == pytest.approx(np.median(planted_pos_2))
+    assert pd.isna(r["draft 3 kept"])
+    assert "| int4 | 2 | 3 | 0.800 | 0.640 |  |" in markdown(positions)
+
+
+def order_statistic_interval(ratios: list[float], level: float) -> tuple[float, float, float]:
+    """[X_(j), X_(n+1-j)] with the largest j covering the median at `level` (scipy's binomial, not the
+    engine's own integer arithmetic), and its coverage."""
+    s, n = sorted(ratios), len(ratios)
+    coverage = {j: 1 - 2 * binom.cdf(j - 1, n, 0.5) for j in range(1, (n + 1) // 2 + 1)}
+    j = max([j for j, c in coverage.items() if c >= level], default=1)
+    return s[j - 1], s[n - j], coverage[j]
+
+
+@pytest.mark.parametrize("level", [0.95, 0.80])
+def test_pooled_speedup_is_exact_over_all_pairs_of_all_seeds(planted, data, level):
+    sp = pooled_speedup(data.pairs, level)
+    for draft, k in CELLS:
+        ratios = planted_ratios(planted, draft, k)
+        if not ratios:
+            continue
+        r = row(sp, draft=draft, k=k)
+        assert r["pairs"] == len(ratios)
+        assert r["median"] == np.median(ratios)
+        assert r["min"] == min(ratios) and r["max"] == max(ratios)
+        seed_medians = [m["speedup_median"] for m in planted_cell(planted, draft, k)]
+        assert r["seed_median"] == pytest.approx(np.median(seed_medians), rel=1e-12)
+        lo, hi, coverage = order_statistic_interval(ratios, level)
+        assert (r["lo"], r["hi"]) == (lo, hi) and r["confidence"] == pytest.approx(coverage, abs=1e-12)
+        assert r["confidence"] >= level and min(ratios) < lo <= hi < max(ratios)  # >= 15 pairs: inside the range
+    # here the pooled median is not the median of seed medians: the columns must not be mixed up
+    r = row(sp, draft="int8", k=2)
+    assert abs(r["median"] - r["seed_median"]) > 1e-3
+
+
+def test_the_configured_level_and_the_minimum_of_pairs_come_from_the_params(data):
+    f = data.finished
+    assert (f["confidence"] == 0.95).all() and (f["pairs_min"] == fx.PAIRS).all()
+    assert configured_level(f.assign(confidence=0.8)) == 0.8
+    assert configured_level(f.drop(columns="confidence")) == 0.95  # runs that logged none: the default
+    mixed = pd.DataFrame({"run_id": ["old", "new"], "status": ["FINISHED"] * 2,
+                          "params.pairs": ["7", None], "params.pairs_min": [None, "5"]})  # `pairs`: older code
+    assert tidy_runs(mixed)["pairs_min"].tolist() == [7, 5]
+
+
+def test_speedup_table_verdicts_and_timing_flags(report):
+    df = table(report, "speedup")
+    assert row(df, draft="int4", k=4)["verdict"] == "faster"
+    assert row(df, draft="int8", k=1)["verdict"] == "slower"
+    # bigram k=8 (true 0.98x): the range of its 15 pooled pairs, 0.95-1.01, straddles 1; the verdict reads
+    # the 96.5% interval for the median, 0.96-0.99, which lies below 1
+    r = row(df, draft="bigram", k=8)
+    assert r["min"] < 1 < r["max"] and r["hi"] < 1 and r["verdict"] == "slower"
+    assert verdict(0.95, 1.01) == "no demonstrated change" and verdict(1.01, 1.2) == "faster"
+    assert row(df, draft="int8", k=8)["timing flags"] == "unreliable: spread 30%"
+    assert row(df, draft="int8", k=4)["timing flags"] == ""
+
+
+def test_cost_tables(report):
+    cost = table(report, "cost")
+    assert row(cost, what="one target pass")["time us"] == fx.T1
+    for draft, (_, t_draft) in fx.DRAFTS.items():
+        r = row(cost, what=f"{draft} draft, per char")
+        assert r["time us"] == t_draft and r["c"] == pytest.approx(t_draft / fx.T1)
+    by_k = table(report, "cost_by_k")
+    for draft, (_, t_draft) in fx.DRAFTS.items():
+        for k in fx.K:
+            if draft == "int4" and k == 8:
+                continue  # no finished trial
+            r = row(by_k, draft=draft, k=k)
+            assert r["verify / target"] == pytest.approx(1 + fx.B_SLOPE * k)
+            # the overhead grows with k by the draft's in-loop excess, in proportion to its time
+            assert r["overhead us per pass"] == pytest.approx(fx.O_PASS + k * fx.GAMMA * t_draft)
+
+
+def test_exactness_table(planted, report):
+    df = table(report, "exactness")
+    for draft in fx.DRAFTS:
+        tvd = [m["tvd_speculative"] for m in planted_cell(planted, draft, 1)]
+        r = row(df, sampler=f"{draft} draft")
+        assert r["TVD"] == pytest.approx(np.median(tvd)) and r["trials"] == 3
+    direct = [m["tvd_direct"] for key, m in planted.trials.items() if key[1] == 1]
+    assert row(df, sampler="direct from target (baseline)")["TVD"] == pytest.approx(np.median(direct))
+
+
+def test_exports_render_numbers_in_their_formats(report):
+    status = next(t for t in report.tables if t.name == "status")
+    assert "| int4 | 8 | 3 | 0 | 2 | 3 |" in markdown(status)
+    preds = next(t for t in report.tables if t.name == "predicted_vs_measured")
+    tex = latex(preds)
+    assert tex.startswith("\\begin{tabular}{lrrrrrrrrrrrr}") and "seed formula APE \\%" in tex
+
+
+# --- cost models ---------------------------------------------------------------------------
+
+def test_extended_fit_recovers_the_planted_parameters(report):
+    planted_params = dict(b=fx.B_SLOPE, o_pass=fx.O_PASS, gamma=fx.GAMMA, o_base=fx.O_BASE)
+    fits = {"all": report.models.fit, **report.models.held_out}
+    assert set(fits) == {"all", *fx.DRAFTS}
+    for name, fit in fits.items():
+        for param, value in planted_params.items():
+            assert getattr(fit, param) == pytest.approx(value, rel=1e-6), (name, param)
+    assert report.models.fit.trials == 32 and report.models.held_out["int4"].trials == 32 - 9
+
+
+def test_extended_fit_stays_close_under_timing_scatter(data):
+    """+-1% on every trial's median times (a fixed pattern): the parameters move by little."""
+    f = data.finished.copy()
+    pattern = (np.arange(len(f)) % 3) - 1  # -1, 0, +1, ...
+    f["speculative_s_median"] *= 1 + 0.01 * pattern
+    f["baseline_s_median"] *= 1 + 0.01 * np.roll(pattern, 1)
+    fit = fit_extended(f)
+    assert fit.b == pytest.approx(fx.B_SLOPE)  # from the component times, which are untouched
+    assert abs(fit.o_pass - fx.O_PASS) < 3 and abs(fit.gamma - fx.GAMMA) < 0.005 and abs(fit.o_base - fx.O_BASE) < 1
+
+
+def test_fit_is_not_fooled_by_a_wrong_overhead(data):
+    """Negative control: double every speculative time's overhead part; the fit must see it."""
+    f = data.finished.copy()
+    extra = (f["target_passes"] * fx.O_PASS + f["proposed"] * f["draft_char_us"] * fx.GAMMA) * 1e-6
+    f["speculative_s_median"] += extra
+    fit = fit_extended(f)
+    assert fit.o_pass == pytest.approx(2 * fx.O_PASS) and fit.gamma == pytest.approx(2 * fx.GAMMA)
+
+
+def test_one_k_and_one_draft_time_cannot_tell_the_overheads_apart(data, caplog):
+    """P and D td are proportional (D td = k P td): the fit says it cannot separate o_pass and gamma."""
+    f = data.finished
+    with caplog.at_level("WARNING", logger="analysis.cost_models"):
+        fit_extended(f[(f["draft"] == "int4") & (f["k"] == 2)])
+    assert "cannot be told apart" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="analysis.cost_models"):
+        fit_extended(f[f["k"] == 2])  # one k, but drafts of different td: identifiable
+        fit_extended(f[f["draft"] == "int4"])  # one draft, several k: identifiable
+    assert "cannot be told apart" not in caplog.text
+
+
+def test_each_model_predicts_what_the_planted_model_implies(planted, report):
+    cells = report.cells
+    for draft, k in CELLS:
+        trials = planted_cell(planted, draft, k)
+        if not trials:
+            continue
+        r = row(cells, draft=draft, k=k)
+        measured = np.median(planted_ratios(planted, draft, k))
+        seed = np.median([m["chars_per_pass"] / (1 + k * m["c"]) for m in trials])
+        closed = np.median([fx.closed_form(m["position_acceptance"], k, m["c"]) for m in trials])
+        truth = np.median([m["baseline_s_median"] / m["speculative_s_median"] for m in trials])
+        assert r["measured"] == measured
+        assert r["pred_seed"] == pytest.approx(seed, rel=1e-12)
+        assert r["pred_closed"] == pytest.approx(closed, rel=1e-12)
+        assert r["pred_extended"] == pytest.approx(truth, rel=1e-9)
+        assert r["pred_held_out"] == pytest.approx(truth, rel=1e-9)
+        assert r["ape_seed"] == pytest.approx(abs(seed - measured) / measured * 100, rel=1e-9)
+        # the seed formula leaves out every overhead and the verify pass's growth with k: too generous
+        assert r["pred_seed"] > truth
+
+
+def test_model_error_summary(report):
+    errors = table(report, "model_errors").set_index("model")
+    cells = report.cells
+    assert errors.loc["seed formula", "median APE %"] == pytest.approx(cells["ape_seed"].median())
+    assert errors.loc["seed formula", "max APE %"] == pytest.approx(cells["ape_seed"].max())
+    assert errors.loc["seed formula", "max APE %"] > 40  # bigram k=8: 1.40 predicted, 0.98 measured
+    # the extended model is off only by the pair scatter (at most ~1%), held out or not
+    assert errors.loc["extended (draft held out)", "max APE %"] < 1.5
+    assert (errors["cells"] == 11).all()
+
+
+def test_best_k_from_the_model_matches_the_measured_best_k(report):
+    best = table(report, "best_k").set_index("draft")
+    truth = {d: max(fx.K, key=lambda k: fx.true_speedup(d, k)) for d in fx.DRAFTS}
+    assert truth == {"bigram": 2, "int4": 4, "int8": 1}
+    for draft, k in truth.items():
+        assert best.loc[draft, "measured best k"] == k
+        assert best.loc[draft, "extended best k"] == k
+        assert best.loc[draft, "held-out best k"] == k
+        assert best.loc[draft, "model agrees"] == "yes"
+    assert (best["clear"] == "yes").all()
+    assert best.loc["bigram", "seed formula best k"] == 4  # fooled by the missing overheads
+    assert best.loc["bigram", "recommendation"] == ("speculate with k = 2 (measured 1.23x, interval 1.22-1.25 lies "
+                                                    "above 1)")
+    assert best.loc["int8", "recommendation"] == ("not demonstrated: best measured k = 1, 0.81x, interval 0.81-0.81 "
+                                                  "lies below 1: a slowdown")
+
+
+def test_best_k_is_not_clear_when_intervals_overlap():
+    cells = pd.DataFrame({"draft": ["d", "d", "d"], "k": [1, 2, 4], "measured": [1.10, 1.12, 0.90],
+                          "lo": [1.00, 1.05, 0.85], "hi": [1.20, 1.18, 0.95]})
+    for m in MODELS:
+        cells[f"pred_{m}"] = [1.0, 0.9, 1.1]
+    best = best_k(cells).iloc[0]
+    assert best["measured best k"] == 2 and best["clear"] == "no"  # k=1 reaches 1.20 > 1.05
+    assert best["seed best k"] == 4
+    cells.loc[0, "hi"] = 1.04
+    assert best_k(cells).iloc[0]["clear"] == "yes"
+
+
+def test_a_missing_metric_drops_its_tables_not_the_report(data):
+    trials = data.trials.drop(columns=["verify_pass_us"])
+    crippled = type(data)(data.sweep, trials, data.unplaced, data.pairs)
+    rep = build_report(crippled, boots=0)
+    names = {t.name for t in rep.tables}
+    assert "extended_fit" not in names and "cost_by_k" not in names
+    assert {"acceptance", "speedup", "predicted_vs_measured", "best_k"} <= names
+    assert rep.cells["pred_extended"].isna().all() and rep.cells["pred_seed"].notna().all()
+
+
+def test_trials_without_pair_histories_leave_gaps_not_crashes(data, tmp_path):
+    pairs = data.pairs[(data.pairs["draft"] != "int8")
+                       & ~((data.pairs["draft"] == "bigram") & (data.pairs["k"] == 1) & (data.pairs["seed"] == 0))]
+    rep = build_report(type(data)(data.sweep, data.trials, data.unplaced, pairs), boots=0)
+    speed = table(rep, "speedup")
+    assert pd.isna(row(speed, draft="int8", k=4)["median"]) and row(speed, draft="int8", k=4)["verdict"] == ""
+    assert row(speed, draft="bigram", k=1)["pairs"] == 2 * fx.PAIRS
+    best = table(rep, "best_k").set_index("draft")
+    assert set(best.index) == {"bigram", "int4", "int8"}
+    # int8 has no pair timings: no measured best k; the model alone, and it predicts a slowdown
+    assert pd.isna(best.loc["int8", "measured best k"]) and best.loc["int8", "extended best k"] == 1
+    assert best.loc["int8", "recommendation"].startswith("not demonstrated: no pair timings; the extended "
+                                                         "model's best k = 1 is predicted 0.81x")
+    assert table(rep, "model_errors")["cells"].tolist() == [7, 7, 7, 7]
+    assert (table(rep, "model_errors")["inside interval"] == "").all()  # boots=0: no bootstrap intervals
+    write_outputs(rep, "text", tmp_path)
+    assert (tmp_path / "speedup_vs_k.png").exists()
+
+    bare = build_report(type(data)(data.sweep, data.trials, data.unplaced, pairs.iloc[0:0]), boots=0)
+    write_outputs(bare, "text", tmp_path / "bare")
+    assert (tmp_path / "bare" / "acceptance_vs_k.svg").exists()
+    assert not (tmp_path / "bare" / "speedup_vs_k.svg").exists()
+
+
+# --- the CLI -------------------------------------------------------------------------------
+
+def test_report_writes_every_table_and_figure_and_logs_them(planted, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert report_cli.main(["--tracking-uri", planted.uri, "--experiment", fx.EXPERIMENT, "--out", str(out)]) == 0
+    stdout = capsys.readouterr().out
+    assert stdout.startswith(f"# Sweep paper ({fx.SWEEP_ID})")
+    assert "32 finished, 3 failed, 4 missing" in stdout
+    assert ("| bigram | 2 | 1.23 | 1.22 | 1.25 | yes | 4 | 4 | 2 | 2 | yes | "
+            "speculate with k = 2 (measured 1.23x, interval 1.22-1.25 lies above 1) |") in stdout
+    names = ["status", "acceptance", "acceptance_by_position", "speedup", "cost", "cost_by_k",
+             "predicted_vs_measured", "model_errors", "extended_fit", "outliers", "best_k", "exactness"]
+    for name in names:
+        for suffix in (".md", ".csv", ".tex"):
+            assert (out / f"{name}{suffix}").stat().st_size > 0, name + suffix
+    for stem in ("speedup_vs_k", "acceptance_vs_k", "predicted_vs_measured", "pays_map_tgt0"):  # one target: one map
+        assert (out / f"{stem}.png").read_bytes()[:4] == b"\x89PNG"
+        assert b"<svg" in (out / f"{stem}.svg").read_bytes()[:2000]
+    assert (out / "report.md").read_text() == stdout.removesuffix("\n")
+    assert not list(out.glob("*.tmp"))
+    csv = pd.read_csv(out / "speedup.csv")
+    assert row(csv, draft="int4", k=4)["median"] == pytest.approx(np.median(planted_ratios(planted, "int4", 4)))
+    logged = {Path(a.path).name for a in MlflowClient(planted.uri).list_artifacts(planted.parent_run_id, "analysis")}
+    assert {"speedup.csv", "speedup_vs_k.png", "pays_map_tgt0.png", "report.md"} <= logged
+    assert sorted(p.name for p in out.glob("pays_map_*")) == ["pays_map_tgt0.png", "pays_map_tgt0.svg"]
+
+
+def test_no_log_artifacts_and_a_one_trial_sweep(planted, tmp_path, capsys):
+    out = tmp_path / "old"
+    assert report_cli.main(["--tracking-uri", planted.uri, "--experiment", fx.EXPERIMENT,
+                            "--sweep-id", fx.OLD_SWEEP_ID, "--out", str(out), "--no-log-artifacts"]) == 0
+    assert "1 finished, 0 failed, 0 missing" in capsys.readouterr().out
+    assert (out / "speedup.csv").exists()
+    assert MlflowClient(planted.uri).list_artifacts(planted.old_parent_run_id) == []
+
+
+@pytest.mark.parametrize("sweep_id, message", [
+    (fx.EMPTY_SWEEP_ID, f"error: sweep '{fx.EMPTY_SWEEP_ID}' has no trial runs"),
+    (fx.DEAD_SWEEP_ID, f"error: sweep '{fx.DEAD_SWEEP_ID}' has no finished trial (runs by status: {{'FAILED': 1}})"),
+])
+def test_sweeps_without_finished_trials_fail_in_one_line(planted, tmp_path, capsys, sweep_id, message):
+    args = ["--tracking-uri", planted.uri, "--experiment", fx.EXPERIMENT, "--sweep-id", sweep_id,
+            "--out", str(tmp_path / "x"), "--no-log-artifacts"]
+    assert report_cli.main(args) == 2
+    captured = capsys.readouterr()
+    assert captured.err.strip() == message and captured.out == ""
+    assert not (tmp_path / "x").exists()
+
+
+def test_missing_store_is_refused_without_creating_one(tmp_path):
+    with pytest.raises(SpecsweepError, match="no tracking store"):
+        connect(f"sqlite:///{tmp_path}/nothing/mlflow.db")
+    assert not (tmp_path / "nothing").exists()
+
+
+def test_cli_absent_sweep_exits_2_with_one_error_line(planted):
+    env = {**os.environ, "MLFLOW_TRACKING_URI": planted.uri}
+    proc = subprocess.run([sys.executable, "-m", "analysis.report", "--sweep-id", "nosuch", "--tracking-uri",
+                           planted.uri, "--experiment", fx.EXPERIMENT, "--no-log-artifacts"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: no sweep with id 'nosuch'"), proc.stderr
+    assert fx.SWEEP_ID in lines[0]  # it names the sweeps that do exist
+    assert proc.stdout == ""

@@ -1,0 +1,228 @@
+"""analysis.predict: the prediction's formulas on planted inputs, the acceptance estimators, the pays
+map's 1x contour, and the CLI's refusals. No wall-clock time is asserted."""
+from __future__ import annotations
+
+import copy
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from analysis import figures
+from analysis.formula import MAP_KS, Overheads, chars_per_pass, iid_chars_per_pass, pays_grid, speedup
+from analysis.pays import PaysInputs
+from analysis.predict import ape_summary, measure, prediction_table
+from src.engine.acceptance import chain_survival, expected_accepted, loop_survival, sample_text, survival
+from src.engine.drafts.model_draft import ModelDraft
+from src.engine.sampling import uniforms
+from src.engine.tree import Tree, tree_accept
+
+from tests.conftest import REPO, compose_cfg, draft_for
+
+
+# ---- the formulas -------------------------------------------------------------------------------
+def test_planted_speedups_are_recovered_exactly():
+    s = [0.5, 0.25, 0.125]                               # S_i = a^i with a = 0.5
+    assert chars_per_pass(s, 2) == 1.75
+    for k in (1, 2, 3):
+        assert chars_per_pass(s, k) == pytest.approx(float(iid_chars_per_pass(0.5, k)), rel=1e-15)
+    assert iid_chars_per_pass(1.0, 4) == 5.0             # k + 1 at a = 1
+    # cpp t1 / (tv + n td): 1.75 * 100 / (150 + 2 * 10)
+    assert speedup(1.75, 100.0, 150.0, 10.0, 2) == pytest.approx(175 / 170, rel=1e-15)
+    # with overheads: cpp (t1 + o_base) / (tv + o_pass + n td (1 + gamma))
+    o = Overheads(o_base=20.0, o_pass=30.0, gamma=0.5)
+    assert speedup(1.75, 100.0, 150.0, 10.0, 2, o) == pytest.approx(1.75 * 120 / (150 + 30 + 2 * 10 * 1.5), rel=1e-15)
+    # tv = t1 and no overheads: the seed formula cpp / (1 + k c)
+    table = prediction_table(s, {k: {"k": k, "target_pass_us": 100.0, "verify_pass_us": 100.0, "draft_char_us": 5.0,
+                                     "nodes": k} for k in (1, 2, 3)}, Overheads(), a=0.5)
+    np.testing.assert_allclose(table["predicted"], table["seed formula"], rtol=1e-15)
+    np.testing.assert_allclose(table["predicted"], [1.5 / 1.05, 1.75 / 1.1, 1.875 / 1.15], rtol=1e-15)
+    np.testing.assert_allclose(table["cpp iid"], table["cpp"], rtol=1e-15)
+
+
+@pytest.mark.parametrize("k", [1, 4, 16])
+def test_a_draft_off_by_a_factor_moves_the_prediction_by_the_formulas_factor(k):
+    s = 0.8 ** np.arange(1, k + 1)
+    t1, tv, td = 800.0, 1000.0, 40.0
+    base = speedup(chars_per_pass(s, k), t1, tv, td, k)
+    # c doubled: only the 1 + k c term (here tv/t1 + k c) changes
+    assert speedup(chars_per_pass(s, k), t1, tv, 2 * td, k) / base == pytest.approx(
+        (tv / t1 + k * td / t1) / (tv / t1 + 2 * k * td / t1), rel=1e-12)
+    # every position's acceptance halved: the chars per pass, and nothing else, change
+    half = 1 + s.sum() / 2
+    assert speedup(chars_per_pass(s / 2, k), t1, tv, td, k) / base == pytest.approx(half / (1 + s.sum()), rel=1e-12)
+    # a verify pass twice as dear with a free draft: the prediction halves
+    assert speedup(chars_per_pass(s, k), t1, 2 * tv, 0.0, k) / speedup(chars_per_pass(s, k), t1, tv, 0.0, k) == 0.5
+
+
+def test_ape_summary_keeps_the_paper_drafts_apart():
+    cells = pd.DataFrame({"draft": ["bigram", "int8", "bigram+tree2-1", "ngram", "ngram+tree2-1", "heads"],
+                          "ape %": [1.0, 3.0, 8.0, 2.0, 10.0, np.nan]})
+    out = ape_summary(cells, ("bigram", "int8", "int4")).set_index("cells")
+    assert out.loc[3, ["median APE %", "max APE %"]].tolist() == [3.0, 8.0]     # bigram, int8, bigram's tree
+    assert out.loc[2, ["median APE %", "max APE %"]].tolist() == [6.0, 10.0]    # ngram and its tree; heads: no error
+
+
+# ---- the acceptance estimators ------------------------------------------------------------------
+def test_survival_on_planted_chains_is_the_exact_probability():
+    # V = 2, every position p = (0.8, 0.2), q = (0.5, 0.5): beta = 0.7, and
+    # P(kept 1..i) = E[r]^(i-1) beta with E_q[min(1, p/q)] = beta = 0.7. Enumerating the 4 equally
+    # likely chains of 2 drafts makes the estimator's mean the expectation itself.
+    p = torch.tensor([0.8, 0.2]).expand(4, 3, 2)
+    q = torch.tensor([0.5, 0.5]).expand(4, 3, 2)
+    drafts = torch.tensor([[0, 0, 0], [0, 1, 0], [1, 0, 0], [1, 1, 0]])
+    s = survival(p, q, drafts)
+    assert s[0].item() == pytest.approx(0.7, abs=1e-7)
+    assert s[1].item() == pytest.approx(0.49, abs=1e-7)
+    # draft == target: every draft is kept
+    assert torch.equal(survival(p, p.clone(), drafts), torch.ones(3))
+
+
+def test_chain_survival_of_the_target_itself_is_one(tiny):
+    """A draft equal to the target (int8 on the tiny model is not; a draft whose chain is the
+    target's own samples is): every S_i is 1, so cpp(k) = k + 1."""
+    cfg, _, target = tiny
+    model = target.model
+    prompt = target.tokenizer.encode(cfg.prompt).tolist()
+    seq, p = sample_text(model, prompt, 3, 20, seed=0)
+
+    class Itself:
+        def reset(self):
+            pass
+
+        def sample_chain(self, prefix, k, temperature, gen):
+            out, qs = prefix, []
+            for _ in range(k):
+                q = torch.softmax(model(out)[:, -1], -1)
+                out = torch.cat([out, torch.multinomial(q, 1, generator=gen)], 1)
+                qs.append(q)
+            return out[:, prefix.shape[1]:], torch.stack(qs, 1)
+
+    s = chain_survival(model, Itself(), seq, 20, 4, 1.0, seed=0, every=5)
+    np.testing.assert_allclose(s.numpy(), 1.0, atol=1e-5)
+    # a real draft: S_i falls with i, and S_1 is an overlap (in [0, 1])
+    bigram = draft_for(compose_cfg(cfg.data.path, cfg.data.cache_dir, "draft=bigram"), target, tiny[1])
+    s = chain_survival(model, bigram, seq, 20, 4, 1.0, seed=0, every=5).numpy()
+    assert 0 < s[0] <= 1 and all(np.diff(s) <= 1e-7)
+
+
+def test_loop_survival_of_the_target_itself_is_one_at_every_pass(tiny):
+    """The target drafting for itself (its own copy, q = p up to the cached forward's rounding): every
+    pass adds S_i = 1, so S = (1, ..., 1) and every pass emits k + 1 chars."""
+    cfg, _, target = tiny
+    model = target.model
+    itself = ModelDraft(model, None, model=copy.deepcopy(model))
+    prompt = target.tokenizer.encode(cfg.prompt).tolist()
+    s, passes, chars = loop_survival(model, itself, prompt, 40, 3, 1.0, seeds=range(2))
+    np.testing.assert_allclose(s.numpy(), 1.0, atol=1e-4)
+    assert chars == 4 * passes
+
+
+# Over independent seeds, D = chars - passes - sum of the passes' S_1 + ... + S_k has mean 0 per seed
+# (n - (S_1 + ... + S_k) has conditional mean 0 at every pass start). The test: |t| of the seeds' D
+# below 4 (a false alarm about 3e-4 for a t with 39 degrees of freedom, D being a sum of many
+# bounded martingale differences, nearly normal).
+T_BOUND = 4.0
+
+
+def loop_t(estimates, counts) -> float:
+    d = np.array(counts) - np.array(estimates)
+    return float(d.mean() / (d.std(ddof=1) / math.sqrt(len(d))))
+
+
+def test_loop_survival_is_unbiased_for_the_loops_own_chars_per_pass_and_a_10pct_bias_is_caught(tiny):
+    cfg, corpus, target = tiny
+    model = target.model
+    bigram = draft_for(compose_cfg(cfg.data.path, cfg.data.cache_dir, "draft=bigram"), target, corpus)
+    prompt = target.tokenizer.encode(cfg.prompt).tolist()
+    k, runs = 4, []
+    for seed in range(40):
+        s, passes, chars = loop_survival(model, bigram, prompt, 60, k, 1.0, seeds=[seed])
+        runs.append((passes, float(s.sum()) * passes, chars - passes))  # passes, sum of S over passes, accepted
+    passes, expected, accepted = map(np.array, zip(*runs))
+    assert abs(loop_t(expected, accepted)) < T_BOUND
+    # negative control: the same estimates 10% high (the uniform prefixes' bias was 2-7% in chars per
+    # pass on the medium target, so 10% of the accepted chars here) must fail the same check
+    assert abs(loop_t(1.1 * expected, accepted)) >= T_BOUND
+
+
+def planted_tree():
+    """Root row q = (0.5, 0.5, 0); two children: char 0 (mass 1, q_1 = q) then char 1 (mass 0.5,
+    q_2 = (0, 1, 0)); child 1 has one child of its own, char 2, from row (0, 0.25, 0.75)."""
+    return Tree(tokens=[9, 0, 1, 2], parent=[-1, 0, 0, 1], depth=[0, 1, 1, 2], children=[[1, 2], [3], [], []],
+                rows=[[0.5, 0.5, 0.0], [0.0, 0.25, 0.75], None, None], mass=[0.0, 1.0, 0.5, 1.0])
+
+
+def test_expected_accepted_matches_its_formula_and_recursive_rejection_sampling():
+    P = [[0.2, 0.3, 0.5], [0.1, 0.1, 0.8], [0.3, 0.3, 0.4], [1 / 3, 1 / 3, 1 / 3]]
+    tree = planted_tree()
+    # child 1: a = min(1, 0.2 / 0.5) = 0.4, then its child (char 2, q = 0.75): min(1, 0.8 / 0.75) = 1;
+    # rejected: r = normalize(max(0, p - q_1)) = (0, 0, 1), child 2 (char 1, q_2(1) = 1): a = 0
+    exact = expected_accepted(P, tree)
+    assert exact == pytest.approx(0.4 * (1 + 1.0), rel=1e-12)
+    # tree_accept's mean path length over n draws: |mean - exact| < 5 sd fails with prob < 1e-6
+    n, gen = 20000, torch.Generator().manual_seed(5)
+    lengths = [len(tree_accept(P, tree, uniforms(tree.n_nodes + 1, gen))[0]) for _ in range(n)]
+    sd = np.std(lengths) / math.sqrt(n)
+    assert abs(np.mean(lengths) - exact) < 5 * sd
+
+
+# ---- the pays map -------------------------------------------------------------------------------
+def test_pays_map_contour_at_one_lies_where_the_formula_says():
+    """tv(k)/t1 = 1 + b k, no overheads: at k = 1 the speedup (1 + a) / (1 + b + c) is 1 on
+    c = a - b, and every larger k gives (1 + a + ... + a^k) / (1 + k b + k (a - b)) <= 1 there
+    (a^j <= a), so the best-k map's 1x contour is the line c = a - b."""
+    b = 0.1
+    a = np.linspace(b, 0.99, 50)
+    s, k = pays_grid(a, a - b, MAP_KS, lambda k: 1 + b * k)
+    np.testing.assert_allclose(s, 1.0, rtol=1e-12)
+    assert (pays_grid(a, a - b + 0.01, MAP_KS, lambda k: 1 + b * k)[0] < 1).all()
+    assert (pays_grid(a, a - b - 0.01, MAP_KS, lambda k: 1 + b * k)[0] > 1).all()
+    # the drawn contour: its vertices lie on c = a - b within the grid's step
+    inputs = PaysInputs("planted", b, 1000.0, Overheads(), pd.DataFrame(columns=["draft", "k", "a", "c", "measured"]))
+    fig = figures.pays_map(inputs, MAP_KS, grid=121)
+    cs = next(c for c in fig.axes[0].collections if hasattr(c, "levels") and 1.0 in list(c.levels))
+    segs = np.concatenate(cs.allsegs[list(cs.levels).index(1.0)])          # (n, 2): (a, c) vertices
+    step = max(0.999, 1.2) / 120
+    assert len(segs) > 10 and np.abs(segs[:, 1] - (segs[:, 0] - b)).max() < step
+    figures.plt.close(fig)
+
+
+# ---- measuring on the tiny model, and the CLI -----------------------------------------------------
+def test_measure_on_the_tiny_model(tiny):
+    cfg, corpus, target = tiny
+    dcfg = compose_cfg(cfg.data.path, cfg.data.cache_dir, "draft=bigram")
+    m = measure(dcfg, [1, 2], None, seqs=2, every=16, seed=0, loaded=(corpus, target))
+    assert m.target_key == target.key and len(m.survival) == 2 and set(m.costs) == {1, 2}
+    table = prediction_table(m.survival, m.costs, Overheads(), m.a)
+    assert table["k"].tolist() == [1, 2] and table["predicted"].gt(0).all()
+    # each k's chars per pass from its own loop; m.survival is the largest k's
+    assert table["cpp"].tolist() == [m.costs[1]["cpp"], m.costs[2]["cpp"]]
+    assert m.costs[2]["cpp"] == pytest.approx(1 + m.survival.sum(), rel=1e-12)
+    assert all(1 <= m.costs[k]["cpp"] <= k + 1 for k in (1, 2))
+
+
+def test_measure_a_tree_of_a_table_draft_on_the_tiny_model(tiny):
+    """A tree's chars per pass lies in [1, depth + 1], its nodes at most the shape's; a table draft's
+    td is the cold replay's, with the warm one kept beside it."""
+    cfg, corpus, target = tiny
+    dcfg = compose_cfg(cfg.data.path, cfg.data.cache_dir, "draft=ngram", "verify=tree", "verify.widths=[2,1]", "k=2")
+    m = measure(dcfg, [], [(2, 1)], seqs=2, every=16, seed=0, loaded=(corpus, target))
+    cost = m.costs["2-1"]
+    assert 1 <= cost["cpp"] <= 3 and 1 <= cost["nodes"] <= 4 and "draft_char_us_warm" in cost
+    assert len(m.survival) == 0 and prediction_table(m.survival, m.costs, Overheads())["setting"].tolist() == ["2-1"]
+
+
+@pytest.mark.parametrize("args, says", [(["draft=nosuch"], "error: unknown draft 'nosuch'"),
+                                        (["draft=bigram", "k=0"], "error: k must be"),
+                                        (["--validate", "--tracking-uri", "sqlite:////nonexistent/x.db"],
+                                         "error: no tracking store")])
+def test_cli_bad_input_is_one_line_and_exit_2(args, says):
+    proc = subprocess.run([sys.executable, "-m", "analysis.predict", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().startswith(says) and len(proc.stderr.strip().splitlines()) == 1, proc.stderr

@@ -1,0 +1,37 @@
+"""`python -m src.run --help` explains the tool: its commands, every named sweep, the config
+groups and the main keys with the values in force (the composed config's, overrides included)."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+from src.paths import CONF_DIR, REPO, SWEEPS_DIR
+
+
+def help_text(*overrides: str) -> str:
+    proc = subprocess.run([sys.executable, "-m", "src.run", *overrides, "--help"], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout
+
+
+def test_help_lists_every_sweep_and_no_other():
+    text = help_text()
+    section = text.split("== Named sweeps", 1)[1].split("==", 1)[0]
+    listed = set(re.findall(r"^  (\w+) ", section, flags=re.M))
+    assert listed == {p.stem for p in SWEEPS_DIR.glob("*.yaml")}
+
+
+def test_help_says_how_to_sweep_and_lists_the_groups():
+    text = help_text()
+    assert "python -m src.run -m " in text and "--config-dir sweeps --config-name" in text
+    for group in ("draft", "model", "data", "verify"):
+        options = ", ".join(sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml")))
+        assert f"{group}: {options}" in text
+    assert "Config ==" not in text.split("== Main keys", 1)[1]   # no dump of the whole config
+
+
+def test_help_shows_the_values_in_force():
+    assert "draft=int8  k=4  seed=0" in help_text()
+    assert "draft=ngram  k=8  seed=3" in help_text("draft=ngram", "k=8", "seed=3")

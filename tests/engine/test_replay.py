@@ -1,0 +1,101 @@
+"""The free loop (src/engine/replay.py): replaying a run's recorded proposals makes the same run.
+
+For every shipped draft on the tiny model, at k = 1 and 4: the counter run with the recorder and
+its replay emit the same chars with the same passes, proposals and acceptances, and the replay
+does so every time it is run (reset starts it over). Negative control: a replay that hands back
+the proposals but leaves the generator where it is (no restored state) diverges, which shows the
+restored state is what keeps the acceptance tests' uniforms the same. measure_cost times the
+free loop and the baseline loop with the other components, and the trial logs both for chains
+only.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from src.engine.decode import generate_baseline, generate_speculative
+from src.engine.measure import measure_cost
+from src.engine.replay import ProposalRecorder, ReplayDraft
+
+from tests.conftest import PROMPT, compose_cfg
+from src.trial.spec import trial_spec
+from src.trial.trial import run_trial
+
+N = 64
+
+
+def counters(g):
+    return g.tokens, g.target_passes, g.proposed, g.accepted, g.tested, g.accepted_at
+
+
+def record(target, draft, prompt, k, seed=0):
+    rec = ProposalRecorder(draft)
+    g = generate_speculative(target.model, rec, prompt, N, k, 1.0, torch.Generator().manual_seed(seed))
+    return rec, g
+
+
+@pytest.mark.parametrize("k", [1, 4])
+def test_replay_makes_the_recorded_run_for_every_draft(tiny, drafts, k):
+    _, _, target = tiny
+    prompt = target.tokenizer.encode(PROMPT).tolist()
+    for name, draft in drafts.items():
+        rec, g = record(target, draft, prompt, k)
+        plain = generate_speculative(target.model, draft, prompt, N, k, 1.0, torch.Generator().manual_seed(0))
+        assert counters(g) == counters(plain), name      # recording changes nothing
+        assert len(rec.proposals) == g.draft_calls, name  # one proposal a pass
+        free = ReplayDraft(rec)
+        for _ in range(2):                                # reset starts the replay over
+            again = generate_speculative(target.model, free, prompt, N, k, 1.0, torch.Generator().manual_seed(0),
+                                         track_overlap=False)
+            assert counters(again) == counters(g), name
+
+
+class NoStateReplay(ReplayDraft):
+    """The negative control: the proposals, but the generator left where the replay found it."""
+
+    def propose(self, seq, k, temperature, gen):
+        drafts, q, _ = self.proposals[self.next]
+        self.next += 1
+        return drafts, q
+
+
+def test_without_the_generator_state_the_replay_diverges(tiny, drafts):
+    _, _, target = tiny
+    prompt = target.tokenizer.encode(PROMPT).tolist()
+    rec, g = record(target, drafts["bigram"], prompt, 4)
+    with pytest.raises(RuntimeError, match="diverged"):  # it needs proposals the recorded run never made
+        generate_speculative(target.model, ReplayDraft(rec), prompt, N, 2, 1.0, torch.Generator().manual_seed(0))
+    free = NoStateReplay(rec)
+    try:
+        other = generate_speculative(target.model, free, prompt, N, 4, 1.0, torch.Generator().manual_seed(0))
+    except IndexError:                                    # ran past the recorded proposals: diverged too
+        return
+    assert counters(other) != counters(g)
+
+
+def test_measure_cost_times_the_free_loop_per_pass(tiny, drafts):
+    _, _, target = tiny
+    prompt = target.tokenizer.encode(PROMPT).tolist()
+    rec, g = record(target, drafts["int8"], prompt, 2)
+    free = ReplayDraft(rec)
+    run = (lambda: generate_speculative(target.model, free, prompt, N, 2, 1.0, torch.Generator().manual_seed(0),
+                                        track_overlap=False), g.target_passes)
+    calls = []
+    base = (lambda: calls.append(generate_baseline(target.model, prompt, N, 1.0, torch.Generator().manual_seed(0))), N)
+    cost = measure_cost(target.model, drafts["int8"], prompt, 2, 1.0, 2, "cpu", rounds=3,
+                        loops={"free": run, "base": base})
+    assert {"target_pass_us", "verify_pass_us", "draft_char_us", "c", "free_pass_us", "base_pass_us"} <= set(cost)
+    assert cost["free_pass_us"] > 0 and cost["base_pass_us"] > 0
+    assert {"target_per_base", "verify_per_base", "draft_per_base", "free_per_base"} <= set(cost)
+    assert len(calls) == 1 + 3                            # a warm-up, then one run a round
+    assert "free_pass_us" not in measure_cost(target.model, drafts["int8"], prompt, 2, 1.0, 2, "cpu", rounds=1)
+
+
+@pytest.mark.parametrize("overrides, logged", [((), True), (("timing.free_loop=false",), False),
+                                               (("verify=tree", "verify.widths=[2,2]"), False)],
+                         ids=["chain", "switched-off", "tree"])
+def test_the_trial_logs_the_free_loop_for_chains(tiny, overrides, logged):
+    cfg, corpus, target = tiny
+    cfg = compose_cfg(cfg.data.path, cfg.data.cache_dir, "draft=bigram", "k=2", *overrides)
+    result = run_trial(trial_spec(cfg), progress=False, loaded=(corpus, target))
+    assert ("free_pass_us" in result.metrics) == logged and ("base_pass_us" in result.metrics) == logged
