@@ -48,8 +48,11 @@ def machine() -> str:
 
 
 def commit() -> str:
+    """The short commit, and whether the tree had uncommitted changes."""
     out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
-    return out.stdout.strip() or "unknown"
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO, capture_output=True,
+                           text=True).stdout.strip()
+    return (out.stdout.strip() or "unknown") + (" with uncommitted changes" if dirty else "")
 
 
 def example_block() -> str:

@@ -4,19 +4,27 @@
     python -m src.run -m draft=bigram,int8,int4 k=1,2,4,8   # a sweep on joblib workers
 
 Thin on purpose: Hydra composes the config, `src/sweep/job.py: run_job` does the rest. Bad
-input ends with one line and exit status 2; a sweep with failed trials exits 1 after running
-all the others (src/sweep/callbacks.py).
+input ends with one line on stderr (`error: ...`) and exit status 2, a single run and a sweep
+alike, before any work; a sweep with failed trials exits 1 after running all the others
+(src/sweep/callbacks.py).
 """
 from __future__ import annotations
 
+import os
 import sys
 
-import hydra
-from omegaconf import DictConfig
+# Before Hydra and MLflow are imported: Hydra hands its errors to `cli` (which says them in one
+# line) instead of printing its own report; MLflow keeps its INFO lines off stderr. Workers
+# inherit both.
+os.environ.setdefault("HYDRA_FULL_ERROR", "1")
+os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
 
-from . import sweep  # noqa: F401  (its warning filter, before Hydra composes the launcher configs)
-from .engine.errors import SpecsweepError
-from .trial.conf import check_group_choices
+import hydra  # noqa: E402
+from omegaconf import DictConfig  # noqa: E402
+
+from . import sweep  # noqa: E402,F401  (its warning filter, before Hydra composes the launcher configs)
+from .engine.errors import SpecsweepError  # noqa: E402
+from .trial.conf import check_group_choices  # noqa: E402
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
@@ -25,13 +33,31 @@ def main(cfg: DictConfig) -> None:
     run_job(cfg)
 
 
+def one_line(e: BaseException) -> str:
+    """Hydra's and OmegaConf's multi-line messages (the override, what is wrong, a hint) as one line."""
+    lines = [line.strip() for line in str(e).strip().splitlines() if line.strip() and "hydra.cc/docs" not in line]
+    cause = e.__cause__
+    if cause is not None and str(cause).strip():
+        first = str(cause).strip().splitlines()[0].strip()
+        if first not in lines:
+            lines.append(first)
+    text = " ".join(lines[:3]) or type(e).__name__
+    override = getattr(e, "override", None)  # an override Hydra could not parse
+    return f"bad override {override!r}: {text}" if override and str(override) not in text else text
+
+
 def cli() -> None:
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
     try:
         check_group_choices(sys.argv[1:])
+        main()
     except SpecsweepError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
-    main()
+    except (HydraException, OmegaConfBaseException) as e:  # a bad override, an unknown key, a bad list
+        print(f"error: {one_line(e)}", file=sys.stderr)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

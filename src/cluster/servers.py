@@ -413,6 +413,12 @@ def start_ray_worker(address: str, temp_dir: str | Path, num_cpus: int, cwd=None
                            Path(temp_dir).resolve(), 0, address, cwd, env, python, {}, timeout)
 
 
+def node_code_env() -> dict[str, str]:
+    """PYTHONPATH for a Ray node started from this checkout: its workers import the project from it."""
+    paths = [str(REPO)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != str(REPO)]
+    return {"PYTHONPATH": os.pathsep.join(paths)}
+
+
 # -- state and CLI -----------------------------------------------------------------------------
 
 def _load(state_file: Path) -> dict[str, list[Server]]:
@@ -504,11 +510,14 @@ def main(argv: list[str] | None = None) -> int:
             if (running := _running(state, "ray")) is None:
                 _down(state, "ray")
                 running = state["ray"] = []
+                # every node's workers import this checkout, wherever the driver starts (a driver
+                # started in a folder without code would otherwise lose every job: "No module named 'src'")
+                code = node_code_env()
                 _up(state_file, state, running,
-                    lambda: start_ray_head(folder / "ray" / "head", args.port or 6379, args.num_cpus))
+                    lambda: start_ray_head(folder / "ray" / "head", args.port or 6379, args.num_cpus, env=code))
                 for i in range(args.workers):
                     _up(state_file, state, running, lambda: start_ray_worker(
-                        running[0].address, folder / "ray" / f"worker{i + 1}", args.num_cpus))
+                        running[0].address, folder / "ray" / f"worker{i + 1}", args.num_cpus, env=code))
             print(_ray_line(running))
         elif args.command in ("tracking-down", "ray-down"):
             group = args.command.split("-")[0]

@@ -51,7 +51,10 @@ def read_text_file(path: str | Path) -> str:
     path = Path(path)
     if not path.is_file():
         raise SpecsweepError(f"corpus file not found: {path}")
-    data = path.read_bytes()
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise SpecsweepError(f"corpus {path} cannot be read: {e.strerror or e}") from None
     if b"\x00" in data:
         raise SpecsweepError(f"corpus {path} is not a text file (it contains NUL bytes)")
     try:

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from filelock import FileLock
 from tqdm import tqdm
 
 from .atomic import atomic_path, write_text
 from .errors import SpecsweepError
+from .locks import TRAINING_WAIT_S, file_lock
 from .model import ModelConfig, Transformer
 from .tokenizer import CharTokenizer
 
@@ -214,7 +214,7 @@ def get_target(corpus, model_kwargs: dict, train_cfg: TrainConfig, seed: int, ca
     the tracking server instead, so the same key always means the same bytes."""
     tok, mcfg, key, path = _target_spec(corpus, model_kwargs, train_cfg, seed, cache_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(path) + ".lock"):
+    with file_lock(str(path) + ".lock", f"target {key} (another process may be training it)", TRAINING_WAIT_S):
         if not path.is_file():
             if not train_if_missing:
                 raise SpecsweepError(f"target {key} is not in the cache {path.parent} and this process may not train it")
@@ -225,8 +225,8 @@ def get_target(corpus, model_kwargs: dict, train_cfg: TrainConfig, seed: int, ca
                                      f"{mcfg.block_size}; use a larger text or a smaller model.block_size")
             torch.manual_seed(seed)
             model = Transformer(mcfg)
-            log.info("training target %s (%d params) on %d chars, %d threads", key, model.n_params(),
-                     len(train_ids), os.cpu_count() or 1)
+            log.info("training target %s (%d params, a vocabulary of %d chars) on %d chars, %d threads", key,
+                     model.n_params(), tok.vocab_size, len(train_ids), os.cpu_count() or 1)
             t0 = time.perf_counter()
             with all_cores():
                 train(model, train_ids, val_ids, train_cfg, seed, progress)

@@ -14,6 +14,9 @@ from __future__ import annotations
 import atexit
 import gc
 import logging
+import os
+import signal
+import sys
 import time
 import uuid
 
@@ -22,17 +25,24 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, open_dict, read_write
 
 from ..engine.errors import SpecsweepError
+from ..trial.checks import check_inputs
 from .compose import Compositions
 from .context import SweepContext, this_process
 from .launchers import check_launcher, launcher_name, n_workers
-from .ledger import done_cells, invocation_counts, invocation_runs, mark_lost, sweep_trial_runs
+from .ledger import (done_cells, invocation_counts, invocation_runs, mark_lost, orphaned, sweep_trial_runs,
+                     wait_for_others)
 from .plan import PlannedJob, finished_jobs, plan_jobs, prepare_targets, previous_parent, sweep_signature
 from .progress import hms
 from .store import KIND_TAG, SWEEP
 from .targets import publish_target
-from .tracking import client_for, code_version, environment_tags, setup_experiment, tracking_uri
+from .processes import stop_descendants
+from .store import check_uri
+from .tracking import check_store, client_for, code_version, environment_tags, setup_experiment, store_lock, \
+    tracking_uri
 
 log = logging.getLogger(__name__)
+
+HELD_WAIT_S = 6 * 3600   # how long a sweep ending waits for cells another live launch of it is running
 
 
 class _ShortContext(logging.Filter):
@@ -65,44 +75,61 @@ class SweepTracking(Callback):
         self.__init__()
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        # Hydra turns an exception here into a warning and launches the jobs anyway: so every
+        # failure of the set-up ends the sweep here, with one line and exit status 2
         try:
             self._start(config)
         except SpecsweepError as e:
-            log.error("error: %s", e)
-            raise SystemExit(2)
+            self._abandon()
+            print(f"error: {e}", file=sys.stderr)
+            raise SystemExit(2) from None
+        except Exception as e:
+            log.debug("the sweep's set-up failed", exc_info=True)
+            self._abandon()
+            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            print(f"error: the sweep's set-up failed: {type(e).__name__}: {first}", file=sys.stderr)
+            raise SystemExit(2) from None
 
     def _start(self, config: DictConfig) -> None:
         started = time.perf_counter()
         if not config.tracking.enabled:
             raise SpecsweepError("a sweep records its trials in a tracking store: tracking.enabled must be true")
-        uri = tracking_uri(config)
-        check_launcher(config, uri)                    # before any write
+        # every check before any work: the store's URI and the launcher's settings, every job's
+        # config, every corpus against its trials, the store itself (nothing is written yet)
+        uri = check_uri(tracking_uri(config))
+        check_launcher(config, uri)
         compositions = Compositions(GlobalHydra.instance().config_loader(), config)
-        jobs = plan_jobs(config, compositions)         # bad input stops here, before any write
+        jobs = plan_jobs(config, compositions)
+        for job in jobs:
+            check_inputs(job.spec)
         import mlflow.tracking  # noqa: F401  (imported here, so that the store's timer below holds the store alone)
+        check_store(uri)
         store_started = time.perf_counter()
-        experiment_id = setup_experiment(uri, config.tracking.experiment)
+        experiment_id = setup_experiment(uri, config.tracking.experiment)   # the first write
         self.client = client = client_for(uri)
         self.timers["setup_store_s"] = time.perf_counter() - store_started  # schema creation on a fresh store
         targets = prepare_targets(jobs, lambda target, spec: publish_target(client, experiment_id, uri, target, spec))
         version = code_version()
         signature = sweep_signature(jobs, version)
         skipped = finished_jobs(client, experiment_id, jobs, version) if config.resume else set()
-        previous = previous_parent(client, experiment_id, signature) if config.resume else None
         name = str(config.get("sweep_name") or "adhoc")
-        if previous is not None:  # the same sweep again: continue it under its parent run
-            parent_run_id, sweep_id = previous.info.run_id, previous.data.tags["sweep_id"]
-            lost = mark_lost(client, sweep_trial_runs(client, experiment_id, parent_run_id),
-                             "lost: still RUNNING when its sweep was resumed (its worker died)")
-            if lost:
-                log.warning("%d trial run(s) of the earlier launch were left RUNNING: marked FAILED", lost)
-            client.update_run(parent_run_id, status="RUNNING")
-        else:
-            sweep_id = uuid.uuid4().hex[:12]
-            tags = {KIND_TAG: SWEEP, "sweep_id": sweep_id, "sweep_name": name, "launcher": launcher_name(config),
-                    "n_jobs": str(n_workers(config)), "trials_planned": str(len(jobs)), "sweep_signature": signature,
-                    "command_overrides": " ".join(config.hydra.overrides.task), **environment_tags()}
-            parent_run_id = client.create_run(experiment_id, tags=tags, run_name=f"sweep-{name}-{sweep_id}").info.run_id
+        with store_lock(uri):  # two launches of one sweep at once (enter pressed twice) share one parent run
+            previous = previous_parent(client, experiment_id, signature) if config.resume else None
+            if previous is not None:  # the same sweep again: continue it under its parent run
+                parent_run_id, sweep_id = previous.info.run_id, previous.data.tags["sweep_id"]
+                orphans = [r for r in sweep_trial_runs(client, experiment_id, parent_run_id) if orphaned(r)]
+                lost = mark_lost(client, orphans, "lost: still RUNNING when its sweep was resumed (its worker died)")
+                if lost:
+                    log.warning("%d trial run(s) of an earlier launch were left RUNNING: marked FAILED", lost)
+                client.update_run(parent_run_id, status="RUNNING")
+            else:
+                sweep_id = uuid.uuid4().hex[:12]
+                tags = {KIND_TAG: SWEEP, "sweep_id": sweep_id, "sweep_name": name, "launcher": launcher_name(config),
+                        "n_jobs": str(n_workers(config)), "trials_planned": str(len(jobs)),
+                        "sweep_signature": signature, "command_overrides": " ".join(config.hydra.overrides.task),
+                        **environment_tags()}
+                parent_run_id = client.create_run(experiment_id, tags=tags,
+                                                  run_name=f"sweep-{name}-{sweep_id}").info.run_id
         self.jobs = jobs
         self.ctx = SweepContext(sweep_id=sweep_id, sweep_name=name, invocation=uuid.uuid4().hex[:12],
                                 parent_run_id=parent_run_id, experiment_id=experiment_id, tracking_uri=uri,
@@ -122,6 +149,8 @@ class SweepTracking(Callback):
         # object of torch, MLflow and Hydra (about 1 s of a sweep's wall time, for nothing)
         atexit.register(gc.freeze)
         atexit.register(self._close, abnormal=True)
+        for signum in (signal.SIGTERM, signal.SIGINT):   # a stopped parent stops its sweep (_stop)
+            signal.signal(signum, self._stop)
         log.info("sweep %s (%s): %d cells: %d done, %d to run, on %s (%s workers), tracked in %s%s", sweep_id, name,
                  len(jobs), len(skipped), len(jobs) - len(skipped), launcher_name(config),
                  self.ctx.n_jobs or "cluster's", uri, "" if config.resume else " (resume=false: rerunning every cell)")
@@ -145,6 +174,14 @@ class SweepTracking(Callback):
         try:
             running = invocation_runs(client, ctx.experiment_id, ctx.invocation, status="RUNNING")
             lost = mark_lost(client, running, "lost: still RUNNING when its sweep ended (its worker died)")
+            done = done_cells(client, ctx.experiment_id, ctx.code_version)
+            pending = {j.config_hash for j in self.jobs if (j.config_hash, j.target_key) not in done}
+            # a cell another live launch of this sweep holds is neither done nor failed: wait for it
+            held = [] if abnormal else wait_for_others(client, ctx.experiment_id, ctx.invocation, pending,
+                                                         HELD_WAIT_S)
+            if held:
+                log.warning("%d cell(s) still held by another launch of this sweep after %.0f s: not counted "
+                            "finished; rerun the command once it ends", len(held), HELD_WAIT_S)
             counts = invocation_counts(client, ctx.experiment_id, ctx.invocation)
             done = done_cells(client, ctx.experiment_id, ctx.code_version)
             finished = sum((j.config_hash, j.target_key) in done for j in self.jobs)
@@ -165,3 +202,39 @@ class SweepTracking(Callback):
         except Exception as e:  # at exit, the store may be gone: say so, do not raise
             log.warning("could not count and close the sweep's parent run: %s", e)
             return -1
+
+    def _abandon(self) -> None:
+        """A set-up that failed after the parent run opened leaves it FAILED, not RUNNING."""
+        if self.ctx is not None and self.client is not None and not self.closed:
+            self.closed = True
+            try:
+                self.client.set_terminated(self.ctx.parent_run_id, "FAILED")
+            except Exception as e:
+                log.warning("could not close the sweep's parent run: %s", e)
+
+    def _stop(self, signum, frame) -> None:
+        """SIGTERM or SIGINT to the sweep's parent: stop every process it started (by pid: the
+        launcher's workers, their trials, loky's resource tracker), mark this launch's RUNNING
+        trial runs KILLED with the reason, close the parent run KILLED, exit 128 + signum. A
+        rerun of the command resumes the sweep. (Trials a cluster launcher placed on other
+        hosts are not this process's children: they end as their own trials do.)"""
+        signal.signal(signum, signal.SIG_DFL)   # a second signal ends the process at once
+        why = f"stopped: the sweep's parent got {signal.Signals(signum).name}"
+        print(f"error: {why}; stopping its workers and their trials", file=sys.stderr, flush=True)
+        stopped = stop_descendants()
+        if self.ctx is not None and not self.closed:
+            self.closed = True
+            ctx, client = self.ctx, self.client
+            try:
+                running = invocation_runs(client, ctx.experiment_id, ctx.invocation, status="RUNNING")
+                for r in running:
+                    client.set_tag(r.info.run_id, "error", why)
+                    client.set_terminated(r.info.run_id, "KILLED")
+                client.set_tag(ctx.parent_run_id, "stopped", why)
+                client.set_terminated(ctx.parent_run_id, "KILLED")
+                log.warning("%s: %d process(es) stopped, %d trial run(s) marked KILLED; rerun the command to "
+                            "resume", why, len(stopped), len(running))
+            except Exception as e:
+                log.warning("could not mark the stopped sweep's runs: %s", e)
+        logging.shutdown()
+        os._exit(128 + signum)

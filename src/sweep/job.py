@@ -28,6 +28,7 @@ from omegaconf import DictConfig
 
 from ..engine.errors import SpecsweepError
 from ..paths import REPO
+from ..trial.checks import check_inputs
 from ..trial.load import load_target
 from ..trial.render import trial_block
 from ..trial.spec import TrialSpec, trial_spec
@@ -37,7 +38,7 @@ from .ledger import claim_cell, invocation_runs, is_done
 from .progress import report_progress
 from .store import KIND_TAG, TRIAL
 from .targets import PublishedTargets, publish_target
-from .tracking import client_for, code_version, config_hash, environment_tags, log_trial_result, setup_experiment, \
+from .tracking import check_store, client_for, code_version, config_hash, environment_tags, log_trial_result, setup_experiment, \
     trial_params, tracking_uri
 
 log = logging.getLogger(__name__)
@@ -55,7 +56,7 @@ class TrialRecord:
                 "torch_threads": str(spec.threads), "pid": str(os.getpid()), "repo_path": str(REPO),
                 **environment_tags()}
         if ctx:
-            tags.update({"mlflow.parentRunId": ctx.parent_run_id, "sweep_id": ctx.sweep_id,
+            tags.update({"mlflow.parentRunId": ctx.parent_run_id, "sweep_id": ctx.sweep_id, "sweep_parent": ctx.parent,
                          "sweep_name": ctx.sweep_name, "sweep_invocation": ctx.invocation, "job_num": str(job_num),
                          "n_jobs": str(ctx.n_jobs)})
         else:
@@ -164,6 +165,7 @@ def record_early_failure(cfg: DictConfig, ctx: SweepContext, num: int | None, me
     try:
         client = client_for(ctx.tracking_uri)
         tags = {KIND_TAG: TRIAL, "mlflow.parentRunId": ctx.parent_run_id, "sweep_id": ctx.sweep_id,
+                "sweep_parent": ctx.parent,
                 "sweep_name": ctx.sweep_name, "sweep_invocation": ctx.invocation, "job_num": str(num),
                 "config_hash": config_hash(cfg), "error": message[:5000], **environment_tags()}
         run_id = client.create_run(ctx.experiment_id, run_name=early_name(cfg), tags=tags).info.run_id
@@ -190,8 +192,8 @@ def run_trial_job(cfg: DictConfig, ctx: SweepContext | None, num: int | None = N
             return result.metrics
         uri = ctx.tracking_uri if ctx else tracking_uri(cfg)
         chash = config_hash(cfg)
-        client = client_for(uri)  # an unusable store is bad input too: find out before any work
         if ctx:
+            client = client_for(uri)
             if code_version() != ctx.code_version:
                 raise SpecsweepError(f"this checkout ({socket.gethostname()}: {code_version()}) is not the code of "
                                      f"the sweep ({ctx.code_version}): check out the same commit")
@@ -204,8 +206,11 @@ def run_trial_job(cfg: DictConfig, ctx: SweepContext | None, num: int | None = N
                 return None
         else:
             source = None  # the local cache
-            experiment_id = setup_experiment(uri, cfg.tracking.experiment)
-            corpus, target = load_target(spec.target)
+            check_store(uri)                                # every check before any work (writing nothing),
+            check_inputs(spec)
+            corpus, target = load_target(spec.target)       # then: trained on first use (the model cache),
+            experiment_id = setup_experiment(uri, cfg.tracking.experiment)  # the store's first write
+            client = client_for(uri)
             fetched, target_run_id = False, publish_target(client, experiment_id, uri, target, spec.target).run_id
         record = TrialRecord(client, cfg, spec, ctx, experiment_id, target, target_run_id, num, fetched, chash, on_run)
         if ctx:
@@ -223,7 +228,10 @@ def run_trial_job(cfg: DictConfig, ctx: SweepContext | None, num: int | None = N
             log.info(line)
         return result.metrics
     except SpecsweepError as e:
-        log.error("error: %s", e)
+        if ctx is None:  # a single run: bad input, one line on stderr
+            print(f"error: {e}", file=sys.stderr)
+        else:
+            log.error("trial #%s: error: %s", num, e)
         if record:
             record.fail(str(e))
         elif ctx:

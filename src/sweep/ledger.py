@@ -16,6 +16,9 @@ gets the same answer, and the parent's counts and exit status come from here.
 from __future__ import annotations
 
 import logging
+import os
+import socket
+import time
 
 from .store import KIND_TAG, TRIAL
 
@@ -115,6 +118,55 @@ def _sql_status_counts(client, experiment_id: str, tags: dict[str, str]) -> dict
     except Exception as e:  # another MLflow's schema, say: the search below still counts right
         log.debug("counting with SQL failed (%s): searching instead", e)
         return None
+
+
+def process_alive(host_pid: str | None) -> bool | None:
+    """Whether the process "host:pid" is alive: True or False on this host, None on another
+    (or unknown: no tag)."""
+    host, _, pid = (host_pid or "").rpartition(":")
+    if not host or host != socket.gethostname() or not pid.isdigit():
+        return None
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie has exited: only its parent has not reaped it yet
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def orphaned(run) -> bool:
+    """A RUNNING trial run whose sweep parent is gone (on this host: its pid is dead; on another
+    host it cannot be asked, and a resumed sweep takes its runs over as before)."""
+    return process_alive(run.data.tags.get("sweep_parent")) is not True
+
+
+def held_elsewhere(client, experiment_id: str, invocation: str, config_hashes: set[str]) -> list:
+    """The RUNNING trial runs of these cells that another live launch of the sweep is running."""
+    if not config_hashes:
+        return []
+    runs = search_all(client, experiment_id, f"tags.`{KIND_TAG}` = '{TRIAL}' and attributes.status = 'RUNNING'")
+    return [r for r in runs if r.data.tags.get("config_hash") in config_hashes
+            and r.data.tags.get("sweep_invocation") != invocation and not orphaned(r)]
+
+
+def wait_for_others(client, experiment_id: str, invocation: str, config_hashes: set[str], timeout: float,
+                    poll: float = 5.0) -> list:
+    """Wait (at most `timeout` s) while another live launch runs some of these cells; returns the
+    runs still held when it gave up ([] when none is left)."""
+    held = held_elsewhere(client, experiment_id, invocation, config_hashes)
+    deadline = time.monotonic() + timeout
+    if held:
+        log.info("waiting for %d cell(s) that another launch of this sweep is running (at most %.0f s)",
+                 len(held), timeout)
+    while held and time.monotonic() < deadline:
+        time.sleep(poll)
+        held = held_elsewhere(client, experiment_id, invocation, config_hashes)
+    return held
 
 
 def mark_lost(client, runs, why: str) -> int:

@@ -36,6 +36,14 @@ class PlannedJob:
     target_key: str = ""
 
 
+def swept_keys(config: DictConfig) -> set[str]:
+    """The keys given with a sweep of values (k=1,2; seed=range(5)) on the line or in the sweep file."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    params = [f"{k}={v}" for k, v in (config.hydra.sweeper.get("params") or {}).items()]
+    parsed = OverridesParser.create().parse_overrides(params + list(config.hydra.overrides.task))
+    return {o.key_or_group for o in parsed if o.is_sweep_override()}
+
+
 def plan_jobs(config: DictConfig, compositions: Compositions | None = None) -> list[PlannedJob]:
     """Compose and validate every job's config; the first bad one raises SpecsweepError.
     `compositions` (src/sweep/compose.py) composes them, once per group choice."""
@@ -47,6 +55,7 @@ def plan_jobs(config: DictConfig, compositions: Compositions | None = None) -> l
         for o in overrides:
             values.setdefault(o.split("=", 1)[0], set()).add(o)
     swept = {key for key, seen in values.items() if len(seen) > 1}
+    listed = swept_keys(config)   # the keys the command sweeps over, even with one value repeated
     jobs = []
     for num, overrides in enumerate(all_overrides):
         label = " ".join(o for o in overrides if o.split("=", 1)[0] in swept)  # what tells this trial apart
@@ -60,7 +69,13 @@ def plan_jobs(config: DictConfig, compositions: Compositions | None = None) -> l
             spec = trial_spec(cfg)
         except SpecsweepError as e:
             raise SpecsweepError(f"trial #{num} ({label}): {e}") from None
-        jobs.append(PlannedJob(num, list(overrides), cfg, spec, config_hash(cfg)))
+        job = PlannedJob(num, list(overrides), cfg, spec, config_hash(cfg))
+        twin = next((j for j in jobs if j.config_hash == job.config_hash), None)
+        if twin is not None:  # `k=1,1`: one cell twice would count as two
+            raise SpecsweepError(f"trials #{twin.num} and #{num} are the same cell "
+                                 f"({' '.join(o for o in overrides if o.split('=', 1)[0] in listed)}): "
+                                 "a sweep lists each value once; remove the repeated value")
+        jobs.append(job)
     return jobs
 
 

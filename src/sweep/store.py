@@ -11,7 +11,9 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
 
+from ..engine.errors import SpecsweepError
 from ..paths import REPO
 
 MLRUNS = REPO / "mlruns"                # the embedded default: SQLite database plus artifacts
@@ -29,6 +31,42 @@ def resolve_uri(configured: str | None = None) -> str:
     return configured or os.environ.get("MLFLOW_TRACKING_URI") or default_uri()
 
 
+DATABASE_SCHEMES = ("postgresql", "mysql", "mssql")   # SQLAlchemy stores MLflow opens itself
+
+
+def check_uri(uri: str) -> str:
+    """The store URI if its form is one specsweep can use, else one sentence saying which forms
+    are: sqlite:///ABSOLUTE/PATH (three slashes, then the absolute path: jobs start in other
+    folders), http(s)://HOST[:PORT] (a tracking server), or a PostgreSQL, MySQL or SQL Server
+    URL (scheme[+driver]://USER@HOST/DB). Nothing is opened here."""
+    hint = "use sqlite:///ABSOLUTE/PATH/mlflow.db or a tracking server http://HOST:PORT"
+    if not isinstance(uri, str) or not uri.strip():
+        raise SpecsweepError(f"the tracking store URI is empty: {hint}")
+    parts = urlsplit(uri)
+    scheme = parts.scheme.split("+", 1)[0].lower()
+    if scheme == "sqlite":
+        path = uri[len("sqlite:///"):] if uri.startswith("sqlite:///") else ""
+        if not path.startswith("/"):
+            raise SpecsweepError(f"tracking store {uri!r}: a SQLite store needs an absolute path, "
+                                 "sqlite:////like/this/mlflow.db (sqlite:// and sqlite:///relative/path are refused)")
+        return uri
+    if scheme in ("http", "https"):
+        if not parts.hostname:
+            raise SpecsweepError(f"tracking server {uri!r} names no host: {hint}")
+        try:
+            parts.port
+        except ValueError:
+            raise SpecsweepError(f"tracking server {uri!r} has a bad port: {hint}") from None
+        return uri
+    if scheme in DATABASE_SCHEMES:
+        if not parts.hostname:
+            raise SpecsweepError(f"tracking store {uri!r} names no database host")
+        return uri
+    if scheme in ("", "file"):
+        raise SpecsweepError(f"tracking store {uri!r} is a file store, which MLflow no longer opens by default: {hint}")
+    raise SpecsweepError(f"tracking store {uri!r}: unknown scheme {parts.scheme!r}: {hint}")
+
+
 def sqlite_path(uri: str) -> Path | None:
     return Path(uri[len("sqlite:///"):]) if uri.startswith("sqlite:///") else None
 
@@ -40,7 +78,7 @@ def is_server(uri: str) -> bool:
 def is_host_local(uri: str) -> bool:
     """A store only this host can reach: a SQLite file, a file store, a bare path. Workers on
     other hosts would each open a store of their own, so a cluster launcher refuses it."""
-    return not is_server(uri) and not uri.startswith(("postgresql", "mysql", "mssql", "databricks"))
+    return not is_server(uri) and not uri.startswith(DATABASE_SCHEMES)
 
 
 def ui_command(uri: str) -> list[str]:

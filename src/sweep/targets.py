@@ -14,10 +14,9 @@ import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
-from filelock import FileLock
-
 from ..engine.atomic import atomic_path, write_text
 from ..engine.errors import SpecsweepError
+from ..engine.locks import COPY_WAIT_S, file_lock
 from ..engine.train import TrainedTarget, file_sha256
 from ..trial.load import TargetSource, cached_target, get_target_cached, target_key_and_path
 from ..trial.spec import TargetSpec
@@ -68,7 +67,7 @@ def fetch_checkpoint(client, published: PublishedTarget, path: Path) -> None:
 
 def _ensure_local_copy(client, published: PublishedTarget, path: Path) -> bool:
     """Make the local checkpoint the published bytes; True if it had to be fetched."""
-    with FileLock(str(path) + ".lock"):
+    with file_lock(str(path) + ".lock", f"the local copy of target {published.key}", COPY_WAIT_S):
         if path.is_file() and file_sha256(path) == published.sha256:
             return False
         if path.is_file():

@@ -24,13 +24,13 @@ from pathlib import Path
 
 import torch
 import yaml
-from filelock import FileLock
 from omegaconf import DictConfig, OmegaConf
 
 from ..engine.errors import SpecsweepError
 from ..paths import REPO
 from ..trial.spec import TrialSpec, tree_label
-from .store import KIND_TAG, is_server, resolve_uri, sqlite_path
+from ..engine.locks import SETUP_WAIT_S, check_creatable, file_lock
+from .store import check_uri, is_server, resolve_uri, sqlite_path
 
 log = logging.getLogger(__name__)
 # No pooled SQLite connections: a trial process forked from a worker must not inherit open
@@ -50,13 +50,12 @@ def artifact_location(uri: str, experiment: str) -> str | None:
     return (db.parent / "artifacts" / experiment).as_uri() if db else None
 
 
-def store_lock(uri: str) -> FileLock:
+def store_lock(uri: str):
     """A lock for one-time set-up steps: beside a SQLite store, or in the temp folder for a server URI."""
     db = sqlite_path(uri)
     name = hashlib.sha256(uri.encode()).hexdigest()[:12]
     path = (db.parent / ".store.lock") if db else Path(tempfile.gettempdir()) / f"specsweep-{name}.lock"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return FileLock(str(path))
+    return file_lock(path, f"the tracking store {uri}", SETUP_WAIT_S)
 
 
 def check_server(uri: str, timeout: float = 3.0) -> None:
@@ -77,8 +76,10 @@ def _head(path: Path, n: int = 16) -> bytes:
 
 
 def check_store(uri: str) -> None:
-    """Fail fast, with one line, on a store that cannot work: an unreachable server, a SQLite
-    file that cannot be created or written, or one that is not a database."""
+    """Fail fast, with one line, on a store that cannot work, writing nothing: a URI of another
+    form (store.check_uri), an unreachable server, a SQLite file whose folder takes no new file
+    (tried) or that is not writable, or one that is not a database."""
+    check_uri(uri)
     if is_server(uri):
         # bounded retries: a server that goes away mid-sweep fails the trial, not hangs it
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
@@ -86,14 +87,15 @@ def check_store(uri: str) -> None:
         check_server(uri)
     db = sqlite_path(uri)
     if db is not None:
-        try:
-            db.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise SpecsweepError(f"cannot create the tracking store folder {db.parent}: {e.strerror}") from None
-        if not os.access(db.parent, os.W_OK) or (db.exists() and not os.access(db, os.W_OK)):
-            raise SpecsweepError(f"the tracking store {db} is not writable")
-        if db.exists() and db.stat().st_size > 0 and not _head(db).startswith(b"SQLite format 3"):
-            raise SpecsweepError(f"the tracking store {db} is not an SQLite database (corrupt?)")
+        if db.is_dir():
+            raise SpecsweepError(f"the tracking store {db} is a folder, not a database file")
+        if db.exists():
+            if not os.access(db, os.W_OK) or not os.access(db.parent, os.W_OK):
+                raise SpecsweepError(f"the tracking store {db} is not writable")
+            if db.stat().st_size > 0 and not _head(db).startswith(b"SQLite format 3"):
+                raise SpecsweepError(f"the tracking store {db} is not an SQLite database (corrupt?)")
+        else:
+            check_creatable(db.parent, "the tracking store")
 
 
 def client_for(uri: str):
@@ -109,6 +111,9 @@ def setup_experiment(uri: str, name: str) -> str:
     Parallel workers on a fresh SQLite store otherwise race on schema migration and on
     experiment creation (hydraflow #245, mlflow #4123)."""
     check_store(uri)
+    db = sqlite_path(uri)
+    if db is not None:
+        db.parent.mkdir(parents=True, exist_ok=True)
     with store_lock(uri):
         client = client_for(uri)
         try:

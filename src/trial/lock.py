@@ -7,7 +7,7 @@ import tempfile
 from contextlib import nullcontext
 from pathlib import Path
 
-from filelock import FileLock
+from ..engine.locks import TIMING_WAIT_S, file_lock
 
 from .spec import TimingSpec
 
@@ -20,4 +20,4 @@ def timing_lock(timing: TimingSpec):
     if not timing.lock:
         return nullcontext()
     folder = timing.lock_dir or Path(tempfile.gettempdir())
-    return FileLock(str(folder / LOCK_NAME))
+    return file_lock(folder / LOCK_NAME, "this host's timing lock (other trials are timing)", TIMING_WAIT_S)

@@ -31,6 +31,7 @@ class DataSpec:
     path: Path | None            # a UTF-8 text file, absolute; None: the source
     cache_dir: Path              # corpus, models and drafts cache, absolute
     synthetic_chars: int | None  # length of the synthetic text (data=synthetic)
+    max_vocab: int               # a corpus with more distinct chars is refused (src/trial/checks.py)
 
 
 @dataclass(frozen=True)
@@ -163,10 +164,15 @@ def data_spec(node) -> DataSpec:
     if path is not None:
         path = repo_path(text("data.path", str(path)))
     source = text("data.source", d["source"])
+    if path is None and source not in ("shakespeare", "synthetic"):
+        raise SpecsweepError(f"unknown data.source {source!r} (shakespeare or synthetic; or set data.path)")
     synthetic = node.get("synthetic_chars") if isinstance(node, Mapping) else None
     if synthetic is not None:
         integer("data.synthetic_chars", synthetic, 1)
-    return DataSpec(source, path, repo_path(text("data.cache_dir", str(d["cache_dir"]))), synthetic)
+    elif source == "synthetic" and path is None:
+        raise SpecsweepError("data.source=synthetic needs data.synthetic_chars (conf/data/synthetic.yaml)")
+    return DataSpec(source, path, repo_path(text("data.cache_dir", str(d["cache_dir"]))), synthetic,
+                    integer("data.max_vocab", d["max_vocab"], 2))
 
 
 MODEL_KEYS = ("block_size", "n_layer", "n_head", "d_model", "dropout")
@@ -238,6 +244,14 @@ def draft_spec(node, config=None) -> DraftSpec:
     unknown = sorted(key for key in options if key not in accepted and not takes_any)
     if unknown:
         raise SpecsweepError(f"draft {name!r}: {cls.__name__} takes no option {', '.join(unknown)}")
+    missing = sorted(k for k, p in accepted.items() if p.kind is p.KEYWORD_ONLY and p.default is p.empty
+                     and k not in options and k not in SUPPLIED)
+    if missing:
+        raise SpecsweepError(f"draft {name!r}: conf/draft lacks {', '.join(missing)} ({cls.__name__} needs them)")
+    try:
+        cls.check_options(**options)
+    except (ValueError, TypeError) as e:
+        raise SpecsweepError(f"draft {name!r}: {e}") from None
     supplied = sorted(key for key in options if key in SUPPLIED)
     if supplied:
         raise SpecsweepError(f"draft {name!r}: {', '.join(supplied)} is supplied by the trial, not by conf/draft")

@@ -17,6 +17,7 @@ from ..engine.measure import exactness_check, measure_cost
 from ..engine.replay import ProposalRecorder, ReplayDraft
 from ..engine.timing import PairedTiming, paired_timing
 from ..engine.tree import generate_tree, max_nodes
+from .checks import check_inputs
 from .load import TargetSource, build_draft, draft_model_key, load_target
 from .lock import timing_lock
 from .spec import TrialSpec, tree_label
@@ -61,6 +62,8 @@ def run_trial(spec: TrialSpec, source: TargetSource | None = None, progress: boo
     host's timing lock, `spec.timing.lock`)."""
     torch.set_num_threads(spec.threads)  # every job: loky reuses worker processes
     device = spec.device
+    if loaded is None:
+        check_inputs(spec)  # before any training: a corpus that cannot serve the trial is refused
     corpus, target = loaded if loaded is not None else load_target(spec.target, source, progress)
     model = target.model.to(device)
     draft = build_draft(spec.draft, spec.target, target, corpus, source)

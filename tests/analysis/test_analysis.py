@@ -333,6 +333,7 @@ def test_a_missing_metric_drops_its_tables_not_the_report(data):
     assert rep.cells["pred_extended"].isna().all() and rep.cells["pred_seed"].notna().all()
 
 
+@pytest.mark.slow
 def test_trials_without_pair_histories_leave_gaps_not_crashes(data, tmp_path):
     pairs = data.pairs[(data.pairs["draft"] != "int8")
                        & ~((data.pairs["draft"] == "bigram") & (data.pairs["k"] == 1) & (data.pairs["seed"] == 0))]
@@ -359,6 +360,7 @@ def test_trials_without_pair_histories_leave_gaps_not_crashes(data, tmp_path):
 
 # --- the CLI -------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_report_writes_every_table_and_figure_and_logs_them(planted, tmp_path, capsys):
     out = tmp_path / "out"
     assert report_cli.main(["--tracking-uri", planted.uri, "--experiment", fx.EXPERIMENT, "--out", str(out)]) == 0
@@ -384,6 +386,7 @@ def test_report_writes_every_table_and_figure_and_logs_them(planted, tmp_path, c
     assert sorted(p.name for p in out.glob("pays_map_*")) == ["pays_map_tgt0.png", "pays_map_tgt0.svg"]
 
 
+@pytest.mark.slow
 def test_no_log_artifacts_and_a_one_trial_sweep(planted, tmp_path, capsys):
     out = tmp_path / "old"
     assert report_cli.main(["--tracking-uri", planted.uri, "--experiment", fx.EXPERIMENT,
@@ -412,6 +415,7 @@ def test_missing_store_is_refused_without_creating_one(tmp_path):
     assert not (tmp_path / "nothing").exists()
 
 
+@pytest.mark.slow
 def test_cli_absent_sweep_exits_2_with_one_error_line(planted):
     env = {**os.environ, "MLFLOW_TRACKING_URI": planted.uri}
     proc = subprocess.run([sys.executable, "-m", "analysis.report", "--sweep-id", "nosuch", "--tracking-uri",

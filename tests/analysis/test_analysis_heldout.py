@@ -63,6 +63,7 @@ def test_the_paper_fit_predicts_new_chain_and_tree_drafts_exactly(trials):
     pd.testing.assert_series_equal(predicted[new], measured[new], rtol=1e-6, check_names=False)
 
 
+@pytest.mark.slow
 def test_a_tree_priced_by_k_instead_of_its_node_count_is_mispredicted(trials):
     """Negative control: without `tree_nodes` the tree's verify passes look k wide, not 3k."""
     results = predict_trials(trials.drop(columns=["tree_nodes"]))

@@ -63,6 +63,7 @@ def test_the_resamples_are_seeded():
     assert (first["held_lo"] <= first["held_hi"]).all()
 
 
+@pytest.mark.slow
 def test_the_interval_covers_the_true_prediction_and_the_point_prediction_does_not():
     inside = point_inside = total = 0
     for seed in NOISE_SEEDS:

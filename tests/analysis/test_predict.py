@@ -217,6 +217,7 @@ def test_measure_a_tree_of_a_table_draft_on_the_tiny_model(tiny):
     assert len(m.survival) == 0 and prediction_table(m.survival, m.costs, Overheads())["setting"].tolist() == ["2-1"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args, says", [(["draft=nosuch"], "error: unknown draft 'nosuch'"),
                                         (["draft=bigram", "k=0"], "error: k must be"),
                                         (["--validate", "--tracking-uri", "sqlite:////nonexistent/x.db"],

@@ -48,8 +48,8 @@ def test_bad_corpora(tmp_path):
 
 def test_corpus_too_small_for_the_window(tmp_path):
     (tmp_path / "short.txt").write_text("to be or not to be " * 10)
-    cfg = compose_cfg(tmp_path / "short.txt", tmp_path)
-    with pytest.raises(SpecsweepError, match="corpus too small"):
+    cfg = compose_cfg(tmp_path / "short.txt", tmp_path, "prompt='to be '")
+    with pytest.raises(SpecsweepError, match="is too small"):
         run_trial(trial_spec(cfg), progress=False)
 
 
@@ -73,6 +73,7 @@ def test_cli_unknown_draft(tmp_path):
     assert proc.stdout == ""
 
 
+@pytest.mark.slow
 def test_cli_bad_value_and_bad_corpus(tmp_path):
     _assert_one_line_error(_cli("k=0", f"hydra.run.dir={tmp_path}"), "k must be an integer >= 1")
     _assert_one_line_error(_cli("draft=heads", "k=9", f"hydra.run.dir={tmp_path}"), "k = 9 exceeds the 8 heads")
@@ -81,6 +82,7 @@ def test_cli_bad_value_and_bad_corpus(tmp_path):
     _assert_one_line_error(_cli(f"data.path={binary}", f"hydra.run.dir={tmp_path}"), "not a text file")
 
 
+@pytest.mark.slow
 def test_corrupt_checkpoint_is_refused(tiny, tmp_path):
     cfg, _, target = tiny
     cache = tmp_path / "cache"

@@ -18,7 +18,7 @@ def help_text(*overrides: str) -> str:
 
 def test_help_lists_every_sweep_and_no_other():
     text = help_text()
-    section = text.split("== Named sweeps", 1)[1].split("==", 1)[0]
+    section = text.split("== Named sweeps", 1)[1].split("\n", 1)[1].split("==", 1)[0]
     listed = set(re.findall(r"^  (\w+) ", section, flags=re.M))
     assert listed == {p.stem for p in SWEEPS_DIR.glob("*.yaml")}
 

@@ -15,7 +15,7 @@ from src.trial.spec import trial_spec
 from src.trial.trial import run_trial
 
 
-@pytest.mark.parametrize("k", [1, 2, 4, 8])
+@pytest.mark.parametrize("k", [1, 2, pytest.param(4, marks=pytest.mark.slow), pytest.param(8, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("name", DRAFT_NAMES)
 def test_greedy_speculative_equals_greedy_baseline(tiny, drafts, name, k):
     cfg, _, target = tiny

@@ -29,6 +29,12 @@ ALPHA = 1e-4
 B = 8000
 # every draft shipped in conf/draft/ (the `drafts` fixture builds each from its file)
 DRAFT_NAMES = sorted(p.stem for p in (CONF_DIR / "draft").glob("*.yaml"))
+FAST_DRAFTS = ("bigram", "int8")   # `make test-fast` checks these two (a table and a model draft); `make test` all
+
+
+def by_speed(names):
+    """Parametrize over drafts: those beyond FAST_DRAFTS marked slow."""
+    return [name if name in FAST_DRAFTS else pytest.param(name, marks=pytest.mark.slow) for name in names]
 
 
 def full_probs(model, idx, temperature):
@@ -95,7 +101,7 @@ def position_p_values(chars, emitted, p_exact):
     return out
 
 
-@pytest.mark.parametrize("k", [1, 2, 4, 8])
+@pytest.mark.parametrize("k", [1, 2, pytest.param(4, marks=pytest.mark.slow), pytest.param(8, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("name", DRAFT_NAMES)
 def test_every_position_has_the_target_distribution(tiny, drafts, name, k):
     cfg, _, target = tiny
@@ -110,7 +116,7 @@ def test_every_position_has_the_target_distribution(tiny, drafts, name, k):
         assert pv > ALPHA, f"{name} k={k}: position {m} deviates from the target (p = {pv:.2e})"
 
 
-@pytest.mark.parametrize("name", DRAFT_NAMES)
+@pytest.mark.parametrize("name", by_speed(DRAFT_NAMES))
 def test_exact_at_another_temperature(tiny, drafts, name):
     cfg, _, target = tiny
     prompt = target.tokenizer.encode(cfg.prompt)

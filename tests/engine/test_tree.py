@@ -30,7 +30,7 @@ from src.engine.decode import generate_baseline, prefill
 from src.engine.sampling import draw, probs_from_logits, residual_weights, uniforms
 from src.engine.tree import (TreeMasks, _normalized, build_tree, commit_path, generate_tree, max_nodes,
                              tree_accept, tree_verify)
-from tests.engine.test_exactness import ALPHA, DRAFT_NAMES, full_probs, position_p_values
+from tests.engine.test_exactness import ALPHA, DRAFT_NAMES, by_speed, full_probs, position_p_values
 
 B = 6000
 SHAPE = (4, 2, 2, 1)   # the shape of conf/verify/tree.yaml: 44 nodes
@@ -162,7 +162,7 @@ def broken_forgets_earlier_siblings(P, tree, u, track_overlap=False):
             return path, draw(r, u[ui]), 0, 0.0
 
 
-@pytest.mark.parametrize("name", DRAFT_NAMES)
+@pytest.mark.parametrize("name", by_speed(DRAFT_NAMES))
 def test_every_position_has_the_target_distribution(tiny, drafts, name):
     cfg, _, target = tiny
     prompt = target.tokenizer.encode(cfg.prompt)
@@ -171,6 +171,7 @@ def test_every_position_has_the_target_distribution(tiny, drafts, name):
     assert_exact(chars, emitted, p_exact, len(DRAFT_SHAPE), f"{name} tree {DRAFT_SHAPE}")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("widths,temperature", [(SHAPE, 1.0), ((2, 2, 2), 1.0), ((1, 1, 1, 1), 1.0),
                                                 ((6,), 1.0), (SHAPE, 0.7), (SHAPE, CONTROL_T)])
 def test_bigram_shapes_and_temperature(tiny, drafts, widths, temperature):
@@ -181,6 +182,7 @@ def test_bigram_shapes_and_temperature(tiny, drafts, widths, temperature):
     assert_exact(chars, emitted, p_exact, len(widths), f"bigram tree {widths} T={temperature}")
 
 
+@pytest.mark.slow
 def test_draft_with_zeros_where_target_has_mass_stays_exact(tiny, zeroed):
     """The residual must emit chars the draft never proposes (q = 0, p > 0)."""
     _, _, target = tiny

@@ -22,8 +22,8 @@ def as_data(cfg):
 
 @pytest.mark.parametrize("sweep,extra", [
     ("smoke", []),
-    ("paper", ["temperature=0.5", "timing.pairs=3"]),
-    ("paper", ["model=tiny", "train=quick", "n_chars=64"]),
+    pytest.param("paper", ["temperature=0.5", "timing.pairs=3"], marks=pytest.mark.slow),
+    pytest.param("paper", ["model=tiny", "train=quick", "n_chars=64"], marks=pytest.mark.slow),
 ])
 def test_derived_configs_equal_hydras_own(sweep, extra):
     with initialize_config_dir(config_dir=str(REPO / "sweeps"), version_base="1.3"):

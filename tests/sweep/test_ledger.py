@@ -42,6 +42,7 @@ def _claimer(uri, parent, exp, barrier, queue):
     queue.put((run_id, claim_cell(client, parent, "contested", run_id)))
 
 
+@pytest.mark.slow
 def test_concurrent_claims_have_exactly_one_winner(store):
     uri, client, exp, parent = store
     ctx = mp.get_context("spawn")

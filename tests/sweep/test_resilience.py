@@ -15,6 +15,8 @@ import pytest
 from src.engine.atomic import atomic_path, write_text
 from tests.conftest import REPO, runs_of, smoke_cmd, trial_counters
 
+pytestmark = pytest.mark.slow  # real sweeps and servers: minutes (make test-fast skips them)
+
 
 def _writer(uri: str, barrier, queue) -> None:
     """One process doing what a trial does with the store: set-up, a run, params, metrics."""

@@ -9,6 +9,8 @@ from hydra import compose, initialize_config_dir
 from tests.conftest import runs_of, trial_counters
 
 from src.paths import REPO  # noqa: E402
+
+pytestmark = pytest.mark.slow  # real sweeps and servers: minutes (make test-fast skips them)
 CONF, SWEEPS = REPO / "conf", REPO / "sweeps"
 GROUP_OPTIONS = [(g.name, p.stem) for g in sorted(CONF.iterdir()) if g.is_dir() for p in sorted(g.glob("*.yaml"))]
 SWEEP_FILES = sorted(p.stem for p in SWEEPS.glob("*.yaml"))

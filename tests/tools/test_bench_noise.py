@@ -198,6 +198,7 @@ def test_a_recommendation_contradicted_by_its_own_cell_is_caught():
     assert bn.contradiction(c, "d", "speculate with k = 1 (not measured: the extended model ...)") == ""
 
 
+@pytest.mark.slow
 def test_the_side_by_side_report_prints_from_two_analyses(capsys):
     """The printing path end to end on the noisy planted sweep (no store, no timing): the same analysis
     twice agrees with itself in every cell; a loaded copy with one cell's pairs shifted up does not."""

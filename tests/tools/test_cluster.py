@@ -29,6 +29,8 @@ from src.cluster.servers import (free_port, start_mlflow_server, start_postgres,
 from src.engine.train import file_sha256  # noqa: E402
 from tests.conftest import COUNTERS, REPO, smoke_cmd, trial_counters  # noqa: E402
 
+pytestmark = pytest.mark.slow  # real sweeps and servers: minutes (make test-fast skips them)
+
 NOT_COPIED = {".venv", "data", "mlruns", "outputs", "results", ".cluster", ".pytest_cache"}  # at the top
 
 

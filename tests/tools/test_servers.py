@@ -25,6 +25,8 @@ from src.cluster.servers import (RAY_DRIVER_ENV, ServerError, free_port, listeni
                                  main, pg_bindir, start_mlflow_server, start_postgres,
                                  start_ray_head, start_ray_worker)
 
+pytestmark = pytest.mark.slow  # real servers: minutes (make test-fast skips them)
+
 
 @pytest.fixture
 def short_dir():

@@ -81,6 +81,7 @@ def test_a_worker_reuses_only_the_published_bytes(own_cache, monkeypatch):
         load_target(trial_spec(cfg).target, PublishedTargets(other, client=None))
 
 
+@pytest.mark.slow
 def test_drafts_built_from_the_cache_count_the_same(tiny, own_cache):
     """A draft fitted to the cached training ids is the draft fitted to freshly encoded ones."""
     cfg, corpus, target = tiny

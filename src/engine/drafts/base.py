@@ -30,6 +30,13 @@ class Draft:
         self.vocab_size = target.cfg.vocab_size
         self.block_size = target.cfg.block_size
 
+    @classmethod
+    def check_options(cls, **options) -> None:
+        """Raise ValueError (one sentence) for an option value the class cannot take. Called by
+        __init__ and, before any work, by the trial's spec (src/trial/spec.py): a bad value in
+        conf/draft/NAME.yaml is refused before the target trains. What needs the target or the
+        training text (a vocabulary, a width) is checked where the draft is built."""
+
     def reset(self) -> None:
         """Forget any state: a new sequence starts."""
 

@@ -23,8 +23,7 @@ class BigramDraft(Draft):
 
     def __init__(self, target, train_ids: torch.Tensor, name: str | None = None, *, alpha: float):
         super().__init__(target, train_ids, name)
-        if alpha <= 0:
-            raise ValueError(f"bigram alpha must be > 0 so that q > 0 everywhere, got {alpha}")
+        self.check_options(alpha=alpha)
         V = self.vocab_size
         counts = torch.zeros(V * V, dtype=torch.float64)
         counts.index_add_(0, train_ids[:-1] * V + train_ids[1:], torch.ones(len(train_ids) - 1, dtype=torch.float64))
@@ -32,6 +31,11 @@ class BigramDraft(Draft):
         self.alpha = alpha
         self.log_q = (counts / counts.sum(-1, keepdim=True)).log().float()  # (V, V) row = previous char
         self._temperature = None
+
+    @classmethod
+    def check_options(cls, *, alpha, **_) -> None:
+        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not alpha > 0:
+            raise ValueError(f"bigram alpha must be > 0 so that q > 0 everywhere, got {alpha!r}")
 
     def _tables(self, temperature: float):
         if temperature != self._temperature:

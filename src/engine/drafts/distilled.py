@@ -71,21 +71,30 @@ class DistilledDraft(TableDraft):
     def __init__(self, target, train_ids: torch.Tensor, name: str | None = None, *, order: int,
                  distill_chars: int, backoff: str, min_count: int, beta: float, prune: float, floor: float,
                  cache_dir=None, target_key: str | None = None):
+        self.check_options(order=order, distill_chars=distill_chars, backoff=backoff, min_count=min_count,
+                           beta=beta, prune=prune, floor=floor)
+        self.distill_chars, self.backoff, self.min_count = distill_chars, backoff, min_count
+        self.beta, self.prune, self.floor_mix = float(beta), float(prune), float(floor)
+        super().__init__(target, train_ids, name, order, cache_dir, target_key)
+
+    @classmethod
+    def check_options(cls, *, distill_chars, backoff, min_count, beta, prune, floor, **options) -> None:
+        super().check_options(**options)
         if isinstance(distill_chars, bool) or not isinstance(distill_chars, int) or distill_chars < 2:
             raise ValueError(f"distill_chars must be an integer >= 2, got {distill_chars!r}")
         if backoff not in BACKOFFS:
             raise ValueError(f"backoff must be one of {', '.join(BACKOFFS)}, got {backoff!r}")
         if isinstance(min_count, bool) or not isinstance(min_count, int) or min_count < 1:
             raise ValueError(f"min_count must be an integer >= 1, got {min_count!r}")
+        for key, value in (("beta", beta), ("prune", prune), ("floor", floor)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"{key} must be a number, got {value!r}")
         if not beta > 0:
             raise ValueError(f"beta must be > 0, got {beta!r}")
         if not 0 <= prune < 1:
             raise ValueError(f"prune must be in [0, 1), got {prune!r}")
         if not 0 < floor < 1:
             raise ValueError(f"floor must be in (0, 1) so that q > 0 everywhere, got {floor!r}")
-        self.distill_chars, self.backoff, self.min_count = distill_chars, backoff, min_count
-        self.beta, self.prune, self.floor_mix = float(beta), float(prune), float(floor)
-        super().__init__(target, train_ids, name, order, cache_dir, target_key)
 
     def settings(self) -> dict:
         s = {"order": self.order, "distill_chars": self.distill_chars, "backoff": self.backoff,

@@ -36,8 +36,7 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from filelock import FileLock
-
+from ..locks import BUILD_WAIT_S, file_lock
 from ..model import Transformer
 from ..sampling import probs_from_logits
 from ..train import _read_checkpoint, _windows, all_cores, save_checkpoint, verify_checkpoint
@@ -140,6 +139,15 @@ class HeadsDraft(Draft):
     name = "heads"
     uses_target_hidden = True
 
+    @classmethod
+    def check_options(cls, *, lr, **options) -> None:
+        for arg in ("n_heads", "hidden_mult", "n_layers", "steps", "rows", "pool_windows"):
+            v = options.get(arg)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"heads {arg} must be an integer >= 1, got {v!r}")
+        if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
+            raise ValueError(f"heads lr must be > 0, got {lr!r}")
+
     def __init__(self, target: Transformer, train_ids: torch.Tensor, name: str | None = None, *, n_heads: int,
                  hidden_mult: int, n_layers: int, condition: bool, steps: int, rows: int, pool_windows: int,
                  lr: float, seed: int, cache_dir: str | Path | None = None, target_key: str | None = None):
@@ -147,12 +155,8 @@ class HeadsDraft(Draft):
         both): load the heads from the cache, or train and save them there; without them the
         heads are trained and kept in memory only."""
         super().__init__(target, train_ids, name)
-        for arg, v in {"n_heads": n_heads, "hidden_mult": hidden_mult, "n_layers": n_layers, "steps": steps,
-                       "rows": rows, "pool_windows": pool_windows}.items():
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"heads {arg} must be an integer >= 1, got {v!r}")
-        if not lr > 0:
-            raise ValueError(f"heads lr must be > 0, got {lr!r}")
+        self.check_options(n_heads=n_heads, hidden_mult=hidden_mult, n_layers=n_layers, steps=steps, rows=rows,
+                           pool_windows=pool_windows, lr=lr)
         self.settings = {"n_heads": n_heads, "hidden_mult": hidden_mult, "n_layers": n_layers,
                          "condition": bool(condition), "steps": steps, "rows": rows, "pool_windows": pool_windows,
                          "lr": float(lr), "seed": seed}
@@ -189,7 +193,7 @@ class HeadsDraft(Draft):
             return self._train(train_ids)
         path = Path(cache_dir) / f"heads-{heads_key(target_key, self.settings)}.pt"
         path.parent.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(path) + ".lock"):  # parallel workers: the first trains, the others load
+        with file_lock(str(path) + ".lock", f"the heads {path.name}", BUILD_WAIT_S):  # the first trains, the others load
             if not path.is_file():
                 secs, kl = self._train(train_ids)
                 save_checkpoint(path, {"target_key": target_key, "settings": self.settings, "train_seconds": secs,

@@ -7,6 +7,8 @@ src/engine/int8_linear.py), a row's q does not depend on what it is batched with
 """
 from __future__ import annotations
 
+import torch
+
 from .. import int8_linear
 from .model_draft import ModelDraft
 
@@ -14,11 +16,21 @@ from .model_draft import ModelDraft
 class Int8KernelDraft(ModelDraft):
     name = "int8_kernels"
 
+    @classmethod
+    def check_options(cls, *, engine, calibration_windows, **_) -> None:
+        usable = [e for e in int8_linear.ENGINES if e in torch.backends.quantized.supported_engines]
+        if engine not in usable:
+            raise ValueError(f"engine must be one of {', '.join(usable) or 'x86, fbgemm (neither is in this torch build)'},"
+                             f" got {engine!r}")
+        if isinstance(calibration_windows, bool) or not isinstance(calibration_windows, int) or calibration_windows < 1:
+            raise ValueError(f"calibration_windows must be >= 1, got {calibration_windows!r}")
+
     def __init__(self, target, train_ids, name: str | None = None, *, engine: str,
                  calibration_windows: int):
         """engine: the quantized engine the weights are packed for (x86 or fbgemm).
         calibration_windows: how many training windows of the target's context length a
         float forward runs over to set each Linear's input range."""
+        self.check_options(engine=engine, calibration_windows=calibration_windows)
         windows = int8_linear.calibration_windows(train_ids, calibration_windows, target.cfg.block_size)
         with target.cache_set_aside():  # do not deep-copy the target's cache buffers
             qmodel, self.memory = int8_linear.int8_kernel_copy(target, windows, engine)

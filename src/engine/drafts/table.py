@@ -58,15 +58,20 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from filelock import FileLock
 
 from ..atomic import atomic_path
+from ..locks import BUILD_WAIT_S, file_lock
 from ..sampling import uniforms
 from .base import Draft
 
 MEMO_LIMIT = 8192          # rows memoized per memo (a row and its CDF are ~5 KB of Python floats at V = 84)
 TABLE_KEYS = ("codes", "lam", "ptr", "chars", "vals", "level_contexts")
 FORMAT = 1                 # bump when the table layout or a build's meaning changes
+
+
+def check_order(name: str, order) -> None:
+    if isinstance(order, bool) or not isinstance(order, int) or order < 1:
+        raise ValueError(f"{name} order must be an integer >= 1, got {order!r}")
 
 
 def max_code_digits(vocab_size: int) -> int:
@@ -201,12 +206,15 @@ class TableDraft(Draft):
     name = "table"
     floor_mix = 0.0         # eps of the final (1 - eps) * row + eps / V
 
+    @classmethod
+    def check_options(cls, *, order, **_) -> None:
+        check_order(cls.name, order)
+
     def __init__(self, target, train_ids: torch.Tensor, name: str | None, order: int,
                  cache_dir: str | Path | None = None, target_key: str | None = None):
         super().__init__(target, train_ids, name)
         V = self.vocab_size
-        if isinstance(order, bool) or not isinstance(order, int) or order < 1:
-            raise ValueError(f"{self.name} order must be an integer >= 1, got {order!r}")
+        check_order(self.name, order)
         if order + 1 > max_code_digits(V):  # n-gram codes have order + 1 digits
             raise ValueError(f"{self.name} order {order} is too long for a vocabulary of {V} chars "
                              f"(at most {max_code_digits(V) - 1})")
@@ -219,7 +227,8 @@ class TableDraft(Draft):
         if cache_dir is not None and target_key is not None:
             self.cache_file = Path(cache_dir) / f"{self.name}-{target_key}-{self._settings_hash(train_ids)}.pt"
             self.cache_file.parent.mkdir(parents=True, exist_ok=True)
-            with FileLock(str(self.cache_file) + ".lock"):  # parallel trials build a table once
+            with file_lock(str(self.cache_file) + ".lock", f"the {self.name} table {self.cache_file.name}",
+                           BUILD_WAIT_S):  # parallel trials build a table once
                 table = self._load(self.cache_file)
                 self.cached = table is not None
                 if table is None:
