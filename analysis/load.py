@@ -123,6 +123,11 @@ def tidy_runs(raw: pd.DataFrame) -> pd.DataFrame:
     if verify is not None and widths is not None:
         tree = (verify == "tree") & widths.notna()
         out.loc[tree, "draft"] = out.loc[tree, "draft"] + "+tree" + widths[tree]
+    # another engine than eager is another regime: draft "<draft>@<engine>" (e.g. ngram@compiled)
+    engine = raw.get("params.engine.name")
+    out["engine"] = engine.fillna("eager") if engine is not None else "eager"
+    other = out["engine"] != "eager"
+    out.loc[other, "draft"] = out.loc[other, "draft"] + "@" + out.loc[other, "engine"]
     for name in TAGS:
         col = raw.get(f"tags.{name}")
         out[name] = pd.Series(pd.NA, index=out.index, dtype=object) if col is None else col.astype(object)

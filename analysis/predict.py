@@ -207,6 +207,7 @@ def measure(cfg, ks: list[int], shapes, seqs: int, every: int, seed: int, loaded
     from src.engine.acceptance import loop_survival, mean_overlap, sample_text, tree_chars
     from src.engine.measure import measure_cost, replay_draft_cost
     from src.engine.tree import build_tree
+    from src.engine.engines import Engine
     from src.trial.load import build_draft, load_target
     from src.trial.lock import timing_lock
     t0 = time.perf_counter()
@@ -214,8 +215,12 @@ def measure(cfg, ks: list[int], shapes, seqs: int, every: int, seed: int, loaded
     first = next(iter(chosen.values()))   # every setting shares the target, the draft and the text
     torch.set_num_threads(first.threads)
     corpus, target = loaded if loaded is not None else load_target(first.target, progress=False)
-    model = target.model.to(first.device)
+    target.model.to(first.device)
     draft = build_draft(first.draft, first.target, target, corpus)
+    engine = Engine(first.engine.name, first.engine.mode, first.engine.options,
+                    first.target.data.cache_dir / "compiled")     # predicted on the engine the trials run on
+    model = engine.wrap(target.model)
+    engine.wrap_draft(draft)
     prompt = target.tokenizer.encode(first.prompt).tolist()
     T, n = first.temperature, first.n_chars
     seq, p = sample_text(model, prompt, seqs, n, seed, T)
@@ -267,8 +272,9 @@ def fitted_overheads(uri: str, experiment: str, sweep_id: str, drafts: list[str]
 
 
 # ---- the two commands -------------------------------------------------------------------------
-def print_prediction(name: str, m: Measured, table: pd.DataFrame, o: Overheads, temperature) -> None:
-    print(f"draft {name}  target {m.target_key}  temperature {temperature}  (measured in {m.seconds:.1f} s)")
+def print_prediction(name: str, m: Measured, table: pd.DataFrame, o: Overheads, temperature, engine="eager") -> None:
+    print(f"draft {name}  target {m.target_key}  temperature {temperature}  engine {engine}  "
+          f"(measured in {m.seconds:.1f} s)")
     print(f"overlap at the first drafted position a = {m.a:.3f}")
     if len(m.survival):
         print("P(drafts 1..i kept) " + " ".join(f"{s:.2f}" for s in m.survival))
@@ -297,9 +303,11 @@ def validate_sweep(args, overrides: list[str], o: Overheads) -> pd.DataFrame:
     common = [f"temperature={fin['temperature'].iloc[0]}", f"n_chars={int(fin['n_chars'].iloc[0])}"]
     loaded, rows = None, []
     for label in sorted(fin["draft"].unique()):
-        draft, _, shape = label.partition("+tree")
+        base, _, engine = label.partition("@")     # another engine than eager: "<draft>@<engine>"
+        draft, _, shape = base.partition("+tree")
         g = fin[fin["draft"] == label]
         extra = ["verify=tree", f"verify.widths=[{shape.replace('-', ',')}]"] if shape else []
+        extra += [f"engine={engine}"] if engine else []
         cfg = compose([f"draft={draft}", *common, *overrides, *extra])
         loaded = loaded or load_target(trial_spec(cfg).target, progress=False)
         if loaded[1].key != g["target_key"].iloc[0]:
@@ -362,7 +370,7 @@ def run(argv: list[str]) -> None:
     shapes = tree_shapes(cfg, overrides)
     m = measure(cfg, ks or list(DEFAULT_KS), shapes, args.seqs, args.every, args.seed, rounds=args.rounds)
     print_prediction(cfg.draft.name, m, prediction_table(m.survival, m.costs, o, None if shapes else m.a), o,
-                     cfg.temperature)
+                     cfg.temperature, cfg.engine.name)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -176,6 +176,38 @@ def write_files(report: Report, text: str, out_dir: Path) -> None:
         figures.plt.close(fig)
 
 
+def engines_of(data: SweepData) -> list[str]:
+    """The engines the sweep's finished trials ran on (eager for trials from before the engine axis)."""
+    fin = data.finished
+    return sorted(fin["engine"].dropna().unique()) if "engine" in fin.columns and len(fin) else ["eager"]
+
+
+def only_engine(data: SweepData, engine: str) -> SweepData:
+    """The sweep's trials (and their pairs) that ran on `engine`."""
+    trials = data.trials[data.trials["engine"] == engine].reset_index(drop=True)
+    pairs = data.pairs[data.pairs["run_id"].isin(trials["run_id"])].reset_index(drop=True)
+    return SweepData(data.sweep, trials, data.unplaced, pairs)
+
+
+def regimes_table(reports: dict[str, Report]) -> Table:
+    """Per draft and engine, the best measured k with its pooled interval, and whether it pays
+    (the interval above 1), does not (below 1) or is not demonstrated (it straddles 1)."""
+    rows = []
+    for engine, report in reports.items():
+        cells = report.cells.dropna(subset=["measured"])
+        for draft, g in cells.groupby(cells["draft"].str.split("@").str[0], sort=True):
+            best = g.loc[g["measured"].idxmax()]
+            verdict = "pays" if best["lo"] > 1 else "slower" if best["hi"] < 1 else "not demonstrated"
+            rows.append({"draft": draft, "engine": engine, "best k": int(best["k"]), "speedup": best["measured"],
+                         "lo": best["lo"], "hi": best["hi"], "verdict": verdict})
+    df = pd.DataFrame(rows, columns=["draft", "engine", "best k", "speedup", "lo", "hi", "verdict"])
+    return Table("regimes", "The answer per engine: each draft at its best measured k", df,
+                 {"speedup": ".2f", "lo": ".2f", "hi": ".2f"},
+                 "Each engine's cells analysed on their own (one report per engine, in its folder: its cost model "
+                 "and verify-cost line fitted on that engine's trials alone); speedup: the pooled median over "
+                 "all pairs of the cell's seeds, lo-hi its interval at the trials' confidence.")
+
+
 def default_out(sweep_id: str) -> Path:
     return REPO / "results" / re.sub(r"[^\w.-]", "_", sweep_id)  # a sweep id is not trusted as a path
 
@@ -200,11 +232,27 @@ def run(args: argparse.Namespace) -> Path:
     uri = args.tracking_uri or default_tracking_uri()
     client = connect(uri)
     data = load_sweep(client, args.experiment, args.sweep_id)
-    report = build_report(data, args.bootstrap)
-    text = render(report, uri, args.experiment)
-    print(text)
     out_dir = args.out or default_out(data.sweep.sweep_id)
-    write_outputs(report, text, out_dir)
+    engines = engines_of(data)
+    if len(engines) == 1:
+        report = build_report(data, args.bootstrap)
+        text = render(report, uri, args.experiment)
+        print(text)
+        write_outputs(report, text, out_dir)
+    else:  # one report per engine (its own fits), in its own folder, and the answer per regime on top
+        reports = {e: build_report(only_engine(data, e), args.bootstrap) for e in engines}
+        texts = {e: render(r, uri, args.experiment) for e, r in reports.items()}
+        regimes = regimes_table(reports)
+        top = (f"# Sweep {data.sweep.name or data.sweep.sweep_id} ({data.sweep.sweep_id}): {len(engines)} engines\n\n"
+               + markdown(regimes) + "\n\nEach engine's own report: " + ", ".join(f"{e}/report.md" for e in engines)
+               + "\n")
+        print(top + "".join(f"\n## Engine {e}\n\n{t}" for e, t in texts.items()))
+        with atomic_folder(out_dir) as tmp:
+            write_table(regimes, tmp)
+            write_text(tmp / "report.md", top)
+            for e, r in reports.items():
+                (tmp / e).mkdir()
+                write_files(r, texts[e], tmp / e)
     log.info("wrote %s", out_dir)
     if not args.no_log_artifacts:
         try:

@@ -19,6 +19,9 @@
    pass against N, a least-squares line through them (verify / one pass = a + b N), and the
    tree loop's overhead per node beyond the verify passes and the tree building (bigram draft),
    also as a share of one target pass (the same floor as the chain's).
+6. The machine's limit (`bench=roofline`, not in `all`; src/bench/roofline.py): FLOPs and bytes
+   of each pass width, the machine's rates, each engine's pass against its bound, tv(w) / t1,
+   the model drafts' c per engine, compile times.
 5. Row paths (`bench=rows`, not in `all`): the table drafts' loop at T = 1 drawing from
    mixture rows (what `propose` does) against dense rows: time per target pass, pairs on
    successive seeds (the two paths draw different chars from the same law).
@@ -46,6 +49,7 @@ from ..paths import CONF_DIR
 from ..trial.load import build_draft, load_target
 from ..trial.spec import draft_spec, trial_spec
 from . import kernels as bench_kernels
+from . import roofline as bench_roofline
 
 
 def named_draft(cfg, target, corpus, name: str):
@@ -232,6 +236,8 @@ def main(cfg: DictConfig) -> None:
                 o = row_paths(cfg, target, corpus, name, k, pairs)
                 log.info("| %s | %d | %.3f | %.3f-%.3f | %.2f | %.2f |", name, k, o["ratio"], o["lo"], o["hi"],
                          o["cpp_mixture"], o["cpp_dense"])
+    if which == "roofline":
+        bench_roofline.log_tables(log, cfg, target, corpus)
     if which in ("all", "kernels"):
         bench_kernels.log_tables(log, cfg, target, corpus)
     if which in ("all", "quantization"):

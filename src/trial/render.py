@@ -31,7 +31,7 @@ def trial_block(spec: TrialSpec, r: TrialResult) -> str:
     verify_size = f"1+{m['verify_nodes']:.0f} nodes" if tree else "k+1"
     lines = [
         f"draft {r.info['draft']}  k={k}  seed={spec.seed}  n_chars={spec.n_chars}  temperature={spec.temperature}"
-        f"  verify={r.info.get('verify', 'chain')}",
+        f"  verify={r.info.get('verify', 'chain')}  engine={r.info.get('engine', 'eager')}",
         f"target {r.info['target_key']}: {r.info['target_params']} params, val loss {r.info['target_val_loss']:.4f} nats/char",
         f"acceptance        {m['acceptance']:.3f}  (per tested position {m['position_acceptance']:.3f}, "
         f"analytic {m['analytic_acceptance']:.3f})",
@@ -45,6 +45,9 @@ def trial_block(spec: TrialSpec, r: TrialResult) -> str:
         f"predicted         {m['predicted_speedup']:.2f}x  = chars per pass / (1 + "
         + (f"{m['nodes_per_pass']:.1f} nodes per pass x c)" if tree else "k c)"),
     ]
+    if "compile_s" in m:
+        lines.insert(6, f"compiled          {m['compiled_graphs']:.0f} graphs in {m['compile_s']:.1f} s (untimed: the "
+                        f"counter run and the warm-ups)")
     if m["min_cpu_wall_ratio"] < 0.8:
         lines.append(f"warning: a timed run got only {m['min_cpu_wall_ratio']:.2f} CPU/wall (descheduled)")
     for arm in ("baseline", "speculative"):

@@ -67,6 +67,13 @@ class TimingSpec:
 
 
 @dataclass(frozen=True)
+class EngineSpec:
+    name: str                    # eager | compiled (src/engine/engines.py)
+    mode: str | None             # torch.compile's mode
+    options: dict                # inductor options
+
+
+@dataclass(frozen=True)
 class TrialSpec:
     target: TargetSpec
     draft: DraftSpec
@@ -79,6 +86,7 @@ class TrialSpec:
     threads: int
     device: str
     timing: TimingSpec
+    engine: EngineSpec
     exactness_samples: int | None  # the seed's first-char TVD check: its samples, None when off
 
     @property
@@ -293,6 +301,29 @@ def timing_spec(node) -> TimingSpec:
                       None if lock_dir is None else repo_path(text("timing.lock_dir", str(lock_dir))))
 
 
+def engine_spec(node) -> EngineSpec:
+    from ..engine.engines import ENGINES
+    e = _Reader(node, "engine.")
+    name = e["name"]
+    if name not in ENGINES:
+        raise SpecsweepError(f"unknown engine {name!r} (available: {', '.join(ENGINES)})")
+    mode = node.get("mode") if isinstance(node, Mapping) else None
+    options = plain(node.get("options") or {}) if isinstance(node, Mapping) else {}
+    if mode is not None and not isinstance(mode, str):
+        raise SpecsweepError(f"engine.mode must be a string or null, got {mode!r}")
+    if not isinstance(options, dict):
+        raise SpecsweepError(f"engine.options must be a mapping, got {options!r}")
+    if mode is not None and options:  # torch.compile takes one or the other
+        raise SpecsweepError("engine.mode and engine.options cannot both be set: torch.compile takes a mode "
+                             "or inductor options (set engine.options={} to use a mode)")
+    if name == "compiled":
+        import torch._inductor.config as inductor
+        unknown = sorted(k for k in options if not hasattr(inductor, k))
+        if unknown:
+            raise SpecsweepError(f"engine.options: torch._inductor.config has no {', '.join(unknown)}")
+    return EngineSpec(name, mode, options)
+
+
 def trial_spec(config) -> TrialSpec:
     """The composed config as a TrialSpec, every value checked (one sentence if bad)."""
     c = _Reader(config)
@@ -317,7 +348,7 @@ def trial_spec(config) -> TrialSpec:
     samples = integer("exactness.samples", e["samples"], 1)
     return TrialSpec(target=target, draft=draft, k=k, tree=tree, seed=integer("seed", c["seed"], 0), n_chars=n_chars,
                      temperature=temperature, prompt=prompt, threads=integer("threads", c["threads"], 1),
-                     device=device, timing=timing_spec(c.sub("timing").node),
+                     device=device, timing=timing_spec(c.sub("timing").node), engine=engine_spec(c.sub("engine").node),
                      exactness_samples=samples if boolean("exactness.enabled", e["enabled"]) else None)
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..engine.decode import generate_baseline, generate_speculative
+from ..engine.engines import Engine
 from ..engine.measure import exactness_check, measure_cost
 from ..engine.replay import ProposalRecorder, ReplayDraft
 from ..engine.timing import PairedTiming, paired_timing
@@ -65,8 +66,12 @@ def run_trial(spec: TrialSpec, source: TargetSource | None = None, progress: boo
     if loaded is None:
         check_inputs(spec)  # before any training: a corpus that cannot serve the trial is refused
     corpus, target = loaded if loaded is not None else load_target(spec.target, source, progress)
-    model = target.model.to(device)
+    target.model.to(device)
     draft = build_draft(spec.draft, spec.target, target, corpus, source)
+    # the engine runs the target's passes and a model draft's (both arms on the same engine)
+    engine = Engine(spec.engine.name, spec.engine.mode, spec.engine.options, spec.target.data.cache_dir / "compiled")
+    model = engine.wrap(target.model)
+    engine.wrap_draft(draft)
     prompt = target.tokenizer.encode(spec.prompt).tolist()
     k, n, T = spec.k, spec.n_chars, spec.temperature
     widths = spec.tree
@@ -119,11 +124,16 @@ def run_trial(spec: TrialSpec, source: TargetSource | None = None, progress: boo
     spec_s = metrics["speculative_s_median"]
     metrics["overhead_us_per_pass"] = (spec_s * 1e6 - g.target_passes * metrics["verify_pass_us"]
                                        - g.proposed * metrics["draft_char_us"]) / g.target_passes
+    compiled = engine.compile_report()
+    if compiled:  # compilation ran in the untimed runs (counters, warm-ups): its time, apart
+        metrics["compile_s"] = sum(c["compile_s"] for c in compiled.values())
+        metrics["compiled_graphs"] = sum(c["graphs"] for c in compiled.values())
     if spec.exactness_samples is not None:
         metrics.update(exactness_check(model, draft, prompt, T, spec.exactness_samples, spec.seed, tree_widths=widths))
     info = {"target_key": target.key, "target_val_loss": target.val_loss, "verify": "chain" if widths is None
             else f"tree {tree_label(widths)} ({max_nodes(widths)} nodes)",
-            "target_params": model.n_params(), "draft": draft.name, **{f"draft_{a}": b for a, b in draft.describe().items()}}
+            "target_params": model.n_params(), "draft": draft.name, "engine": engine.name,
+            **{f"engine_fallback.{label}": c["fallback"] for label, c in compiled.items() if c["fallback"]}, **{f"draft_{a}": b for a, b in draft.describe().items()}}
     model_key = draft_model_key(spec.draft, corpus)
     if model_key is not None:  # a model draft: which trained target drafted (a tag `info.draft_model_key`)
         info["draft_model_key"] = model_key

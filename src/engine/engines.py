@@ -1,0 +1,135 @@
+"""Engines: what runs the target's (and a model draft's) forward pass over its KV cache.
+
+The loops (decode.py, tree.py, measure.py) call a target as `target(idx, input_pos, slots,
+mask, return_hidden=...)` and use `cfg`, `causal`, `setup_cache`, `move_cache` and
+`cache_set_aside`; an engine's `wrap(model)` returns an object with that same interface, so the
+loops, the baseline and the speculative arm run on it unchanged, and both arms of a trial always
+run on the same engine.
+
+- `eager`: the Transformer itself (PyTorch eager: one dispatch per op).
+- `onnx`: ONNX Runtime, one session per pass width, the KV cache outside the graph
+  (src/engine/onnx_engine.py).
+- `compiled`: `torch.compile` of the cached forward with static shapes (dynamic=False): one
+  graph per pass width (and per tree mask shape, per return_hidden), as gpt-fast compiles its
+  decode step, for one sequence (a cache of several runs eager); the first call of each shape compiles it, which the trial's untimed runs do
+  (its counter run, each timing's warm-up), and its seconds are kept in `compile_s`. Forwards
+  without a cache (training, full-sequence scoring) stay eager. Inductor's own on-disk cache,
+  put in `cache_dir`, keeps the compiled code per host across processes: a sweep compiles each
+  graph once (keyed by the graph, its weights and shapes: target, draft, width). A model whose
+  graph cannot be compiled falls back to eager, said in `fallbacks`.
+
+A model draft's own model runs on the trial's engine too (`wrap_draft`).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+
+from .model import Transformer
+
+log = logging.getLogger(__name__)
+
+ENGINES = ("eager", "compiled", "onnx")
+
+
+class Engine:
+    """An engine by name with its options (conf/engine/NAME.yaml)."""
+
+    def __init__(self, name: str, mode: str | None = None, options: dict | None = None,
+                 cache_dir: str | Path | None = None):
+        if name not in ENGINES:
+            raise ValueError(f"unknown engine {name!r} ({', '.join(ENGINES)})")
+        self.name, self.mode, self.options = name, mode, dict(options or {})
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else None
+        self.runners: list = []   # CompiledModel or OnnxModel, one per wrapped model
+
+    def wrap(self, model: Transformer, label: str = "target"):
+        """The model as this engine runs it (eager: the model itself)."""
+        if self.name == "eager":
+            return model
+        if self.name == "onnx":
+            from .onnx_engine import OnnxModel
+            runner = OnnxModel(model, label, self.cache_dir)
+        else:
+            runner = CompiledModel(model, label, self.mode, self.options, self.cache_dir)
+        self.runners.append(runner)
+        return runner
+
+    def wrap_draft(self, draft) -> None:
+        """Run a model draft's own model (ModelDraft.model) on this engine, in place."""
+        inner = getattr(draft, "model", None)
+        if self.name != "eager" and isinstance(inner, Transformer):
+            draft.model = self.wrap(inner, f"draft {draft.name}")
+
+    def compile_report(self) -> dict:
+        """label -> {"graphs": n, "compile_s": total seconds, "fallback": reason or ""}."""
+        return {r.label: {"graphs": len(r.compile_s), "compile_s": sum(r.compile_s.values()),
+                          "fallback": r.fallback or ""} for r in self.runners}
+
+
+@contextmanager
+def inductor_cache(cache_dir: Path | None):
+    """Inductor's on-disk cache in `cache_dir` while compiling (its default is the temp folder)."""
+    if cache_dir is None:
+        yield
+        return
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    old = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir)
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
+        else:
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = old
+
+
+def _raise_dynamo_limits() -> None:
+    import torch._dynamo
+    cfg = torch._dynamo.config
+    for name in ("cache_size_limit", "recompile_limit", "accumulated_cache_size_limit",
+                 "accumulated_recompile_limit"):
+        if hasattr(cfg, name):
+            setattr(cfg, name, max(getattr(cfg, name), 256))  # one graph per width: many, by design
+
+
+class CompiledModel:
+    """A Transformer whose cached forward runs through torch.compile, one graph per shape."""
+
+    def __init__(self, model: Transformer, label: str, mode: str | None, options: dict, cache_dir: Path | None):
+        _raise_dynamo_limits()
+        self.model, self.label, self.cache_dir = model, label, cache_dir
+        self.compiled = torch.compile(model, dynamic=False, fullgraph=True, mode=mode, options=options or None)
+        self.compile_s: dict[tuple, float] = {}
+        self.fallback: str | None = None
+
+    def __getattr__(self, name):   # cfg, causal, setup_cache, move_cache, cache_set_aside, n_params, ...
+        return getattr(self.model, name)
+
+    def __call__(self, idx, input_pos=None, slots=None, mask=None, *, return_hidden: bool = False):
+        if input_pos is None or self.model._cache_batch != 1 or idx.shape[0] != 1 or self.fallback:
+            return self.model(idx, input_pos, slots, mask, return_hidden=return_hidden)
+        key = (tuple(idx.shape), slots is None, None if mask is None else tuple(mask.shape), return_hidden)
+        if key in self.compile_s:
+            return self.compiled(idx, input_pos, slots, mask, return_hidden=return_hidden)
+        t0 = time.perf_counter()
+        try:
+            with inductor_cache(self.cache_dir):
+                out = self.compiled(idx, input_pos, slots, mask, return_hidden=return_hidden)
+        except Exception as e:  # a model whose graph does not compile (e.g. quantized ops) runs eager
+            self.fallback = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"
+            log.warning("%s: torch.compile failed, running eager instead (%s)", self.label, self.fallback)
+            return self.model(idx, input_pos, slots, mask, return_hidden=return_hidden)
+        self.compile_s[key] = time.perf_counter() - t0
+        log.info("%s: compiled the pass of width %d in %.1f s", self.label, idx.shape[1], self.compile_s[key])
+        return out
+
+    def to(self, device):
+        self.model.to(device)
+        return self

@@ -1,0 +1,279 @@
+"""The `onnx` engine: the target's cached passes in ONNX Runtime, one session per pass shape.
+
+Why this runtime: per op, ONNX Runtime's CPU kernels are called from C++ with no Python in
+between, where eager PyTorch pays a dispatch from Python per op (docs/results.md, "Engines",
+has the measured passes of each engine against the machine's bound).
+
+The exported graph (`Step`) is the Transformer's forward, written so that the KV cache stays
+outside it: inputs are the pass's ids (T,) and positions (T,), the cache's keys, stored
+transposed (L, H, Dh, S), and values (L, H, S, Dh), and two additive masks: `cmask` (T, S) over
+the cache's slots and `smask` (T, T) over the pass's own inputs (a query attends to the slots
+its mask allows and to the inputs before it; a tree's mask says which). Outputs: the logits
+(T, V), the hidden rows (T, d) and, per layer, the pass's new keys (H, Dh, T) and values
+(H, T, Dh), which the runner then writes into its cache at the pass's slots. The scores over the
+cache and over the new inputs are taken apart and softmaxed together, so the cache is never
+copied into the graph. The math is the eager forward's (softmax over the same scores, in
+another order of additions): logits agree to float32 rounding (tests/engine/test_engines.py).
+
+One graph per (T, S): chains and trees of one width share it (their masks are inputs). Graphs
+are exported once per host and kept in `cache_dir`, named by a hash of the model's weights and
+shape, T and S; ONNX Runtime loads them in a session per shape, untimed (the trial's counter run
+and warm-ups), and the seconds it took are kept in `compile_s`. A forward without a cache (full
+sequences) or over a cache of more than one sequence runs eager.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import time
+import warnings
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+from .atomic import atomic_path
+from .locks import BUILD_WAIT_S, file_lock
+from .model import Transformer
+
+log = logging.getLogger(__name__)
+
+FORMAT = 1          # bump when Step's inputs, outputs or math change
+NEG = -1e30         # an additive mask's "may not attend" (exp underflows to exactly 0)
+
+
+class Step(nn.Module):
+    """One cached pass of `model` as a function of explicit cache tensors (module docstring)."""
+
+    def __init__(self, model: Transformer):
+        super().__init__()
+        self.m = model
+        d, H = model.cfg.d_model, model.cfg.n_head
+        self.H, self.Dh = H, d // H
+        scale = 1.0 / math.sqrt(self.Dh)
+        self.wq, self.wk, self.wv = nn.ParameterList(), nn.ParameterList(), nn.ParameterList()
+        for blk in model.blocks:  # q, k, v weights apart, transposed, q pre-scaled: fewer ops per pass
+            W = blk.attn.qkv.weight.detach()
+            self.wq.append(nn.Parameter((W[:d] * scale).t().contiguous(), requires_grad=False))
+            self.wk.append(nn.Parameter(W[d:2 * d].t().contiguous(), requires_grad=False))
+            self.wv.append(nn.Parameter(W[2 * d:].t().contiguous(), requires_grad=False))
+
+    def forward(self, idx, pos, kcT, vc, cmask, smask):
+        m, H, Dh = self.m, self.H, self.Dh
+        T, S = idx.shape[0], vc.shape[2]
+        x = m.tok_emb(idx) + m.pos_emb(pos)                                # (T, d)
+        new = []
+        for layer, blk in enumerate(m.blocks):
+            h = blk.ln1(x)
+            q = (h @ self.wq[layer]).reshape(T, H, Dh).transpose(0, 1)      # (H, T, Dh)
+            kT = (h @ self.wk[layer]).reshape(T, H, Dh).permute(1, 2, 0)   # (H, Dh, T)
+            v = (h @ self.wv[layer]).reshape(T, H, Dh).transpose(0, 1)      # (H, T, Dh)
+            scores = torch.cat([q @ kcT[layer] + cmask, q @ kT + smask], -1)  # (H, T, S + T)
+            p_cache, p_new = torch.softmax(scores, -1).split([S, T], -1)
+            y = (p_cache @ vc[layer] + p_new @ v).transpose(0, 1).reshape(T, H * Dh)
+            x = x + blk.attn.proj(y)
+            x = x + blk.mlp(blk.ln2(x))
+            new += [kT, v]
+        hidden = m.ln_f(x)
+        return (m.head(hidden), hidden, *new)
+
+
+def weights_key(model: Transformer) -> str:
+    """A hash of the model's shape and weights: the exported graphs' name."""
+    h = hashlib.sha256(repr((FORMAT, sorted(vars(model.cfg).items()))).encode())
+    for name, t in model.state_dict().items():
+        h.update(name.encode())
+        h.update(t.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def export(model: Transformer, T: int, S: int, path: Path) -> None:
+    """Export Step for passes of T inputs over S slots into `path` (atomically)."""
+    L, H, d = model.cfg.n_layer, model.cfg.n_head, model.cfg.d_model
+    Dh = d // H
+    args = (torch.zeros(T, dtype=torch.long), torch.arange(T), torch.zeros(L, H, Dh, S), torch.zeros(L, H, S, Dh),
+            torch.zeros(T, S), torch.zeros(T, T))
+    names = ["idx", "pos", "kcT", "vc", "cmask", "smask"]
+    outputs = ["logits", "hidden"] + [f"{kind}{layer}" for layer in range(L) for kind in ("k", "v")]
+    # Step never reads the model's own KV cache, so the export leaves it as it is (a pass of the
+    # eager model may be under way: the engine's fallback, or another runner of the model)
+    with atomic_path(path) as tmp, torch.no_grad(), warnings.catch_warnings():
+        # torch 2.13 calls the TorchScript exporter legacy; the torch.export one needs onnxscript and
+        # rewrites this graph less directly: the legacy one is used on purpose, its warnings silenced
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore", UserWarning)
+        torch.onnx.export(Step(model).eval(), args, str(tmp), input_names=names, output_names=outputs, dynamo=False)
+
+
+class OnnxModel:
+    """A Transformer whose one-sequence cached passes run in ONNX Runtime (module docstring)."""
+
+    def __init__(self, model: Transformer, label: str, cache_dir: Path | None):
+        import onnxruntime  # noqa: F401  (a missing runtime is said here, when the engine is chosen)
+        self.model, self.label = model, label
+        self.folder = Path(cache_dir or ".") / "onnx"
+        self.key = weights_key(model)
+        self.sessions: dict[tuple[int, int], object] = {}
+        self.bindings: dict[tuple[int, int], _Binding] = {}
+        self.compile_s: dict[tuple, float] = {}
+        self.fallback: str | None = None
+        self.kT = self.v = None          # the cache: (L, H, Dh, S) and (L, H, S, Dh), or None (eager)
+        self.chain_masks: dict[tuple[int, int], tuple] = {}
+        if model._cache_batch == 1:   # a model that set its cache up already (a model draft does, once)
+            self.setup_cache(1, model.cache_extra)
+
+    def __getattr__(self, name):   # cfg, causal, n_params, ...
+        return getattr(self.model, name)
+
+    # -- the cache ----------------------------------------------------------------------------
+    def setup_cache(self, batch: int = 1, extra: int = 0) -> None:
+        self.model.setup_cache(batch, extra)   # the eager model's too: full forwards and other batches use it
+        if batch != 1:
+            self.kT = self.v = None
+            return
+        c = self.model.cfg
+        S, H = c.block_size + extra, c.n_head
+        shape = (c.n_layer, H, c.d_model // H, S)
+        if self.kT is None or self.kT.shape != shape:
+            self.kT = np.zeros(shape, dtype=np.float32)
+            self.v = np.zeros((c.n_layer, H, S, c.d_model // H), dtype=np.float32)
+            self.chain_masks.clear()
+            self.bindings.clear()   # they point at the old cache
+
+    def drop_cache(self) -> None:
+        self.model.drop_cache()
+        self.kT = self.v = None
+
+    @contextmanager
+    def cache_set_aside(self):
+        saved = self.kT is not None, self.kT.shape[-1] - self.model.cfg.block_size if self.kT is not None else 0
+        self.kT = self.v = None
+        with self.model.cache_set_aside():
+            yield self
+        if saved[0]:
+            self.setup_cache(1, saved[1])
+
+    def move_cache(self, src: torch.Tensor, dst: torch.Tensor) -> None:
+        if self.kT is None:
+            return self.model.move_cache(src, dst)
+        s, d = src.cpu().numpy(), dst.cpu().numpy()
+        self.kT[..., d] = self.kT[..., s]   # fancy indexing reads before it writes
+        self.v[:, :, d] = self.v[:, :, s]
+
+    def hand_cache_to_eager(self) -> None:
+        """What the passes so far wrote, into the eager model's cache (it takes over)."""
+        self.model.setup_cache(1, self.kT.shape[-1] - self.model.cfg.block_size)
+        for layer, blk in enumerate(self.model.blocks):
+            blk.attn.kv_cache.k[0] = torch.from_numpy(self.kT[layer]).transpose(-1, -2)
+            blk.attn.kv_cache.v[0] = torch.from_numpy(self.v[layer])
+        self.kT = self.v = None
+
+    # -- a pass -------------------------------------------------------------------------------
+    def session(self, T: int, S: int):
+        key = (T, S)
+        sess = self.sessions.get(key)
+        if sess is None:
+            import onnxruntime as ort
+            t0 = time.perf_counter()
+            path = self.folder / f"{self.key}-T{T}-S{S}.onnx"
+            if not path.is_file():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                with file_lock(str(path) + ".lock", f"the ONNX graph {path.name}", BUILD_WAIT_S):
+                    if not path.is_file():
+                        export(self.model, T, S, path)
+            opts = ort.SessionOptions()
+            opts.intra_op_num_threads = torch.get_num_threads()
+            opts.inter_op_num_threads = 1
+            opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+            opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+            opts.log_severity_level = 3
+            sess = self.sessions[key] = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+            self.compile_s[((1, T), S)] = time.perf_counter() - t0
+            log.info("%s: ONNX graph for passes of width %d ready in %.1f s", self.label, T, self.compile_s[((1, T), S)])
+        return sess
+
+    def masks(self, mask: torch.Tensor | None, pos: np.ndarray, slots: np.ndarray, S: int):
+        """(cmask (T, S), smask (T, T)) additive: the cache's slots a query may see (its mask, the
+        pass's own slots left out: they hold stale values until written) and the inputs it may see."""
+        T = len(pos)
+        if mask is None:  # a chain: every slot before its first position, and its inputs causally
+            key = (int(pos[0]), T)
+            hit = self.chain_masks.get(key)
+            if hit is None:
+                cmask = np.full((T, S), NEG, dtype=np.float32)
+                cmask[:, :pos[0]] = 0.0
+                smask = np.where(np.tril(np.ones((T, T), dtype=bool)), 0.0, NEG).astype(np.float32)
+                hit = self.chain_masks[key] = (cmask, smask)
+            return hit
+        allowed = mask.cpu().numpy()
+        own = allowed[:, slots]
+        rest = allowed.copy()
+        rest[:, slots] = False
+        return (np.where(rest, 0.0, NEG).astype(np.float32), np.where(own, 0.0, NEG).astype(np.float32))
+
+    def __call__(self, idx, input_pos=None, slots=None, mask=None, *, return_hidden: bool = False):
+        if input_pos is None or self.kT is None or idx.shape[0] != 1 or self.fallback:
+            return self.model(idx, input_pos, slots, mask, return_hidden=return_hidden)
+        T, S = idx.shape[1], self.kT.shape[-1]
+        try:
+            sess = self.session(T, S)
+        except Exception as e:  # a model the exporter cannot take (quantized ops) runs eager
+            self.fallback = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"
+            log.warning("%s: no ONNX graph, running eager instead (%s)", self.label, self.fallback)
+            self.hand_cache_to_eager()
+            return self.model(idx, input_pos, slots, mask, return_hidden=return_hidden)
+        pos = input_pos.cpu().numpy()
+        at = pos if slots is None else slots.cpu().numpy()
+        cmask, smask = self.masks(mask, pos, at, S)
+        b = self.bindings.get((T, S))
+        if b is None:
+            b = self.bindings[(T, S)] = _Binding(sess, self.kT, self.v, T, self.model.cfg)
+        out = b.run(idx[0].cpu().numpy(), pos, cmask, smask)
+        for layer, (k, v) in enumerate(out[2]):   # the pass's keys and values into its slots
+            self.kT[layer][:, :, at] = k
+            self.v[layer][:, at] = v
+        # copies: the next pass of this width overwrites the bound output buffers
+        logits = torch.from_numpy(out[0].copy())[None]                     # (1, T, V)
+        return (logits, torch.from_numpy(out[1].copy())[None]) if return_hidden else logits
+
+    def to(self, device):
+        if str(device) != "cpu":
+            raise ValueError("the onnx engine runs on the CPU (device=cpu)")
+        return self
+
+
+class _Binding:
+    """A session's inputs and outputs bound once to numpy buffers (ONNX Runtime's IO binding):
+    the cache arrays by reference (the runner writes them in place), the pass's small inputs
+    copied into their buffers each call, the outputs written by the runtime into theirs."""
+
+    def __init__(self, sess, kT: np.ndarray, v: np.ndarray, T: int, cfg):
+        self.sess, self.io = sess, sess.io_binding()
+        S = kT.shape[-1]
+        self.inputs = {"idx": np.zeros(T, dtype=np.int64), "pos": np.zeros(T, dtype=np.int64),
+                       "cmask": np.zeros((T, S), dtype=np.float32), "smask": np.zeros((T, T), dtype=np.float32)}
+        for name, a in {**self.inputs, "kcT": kT, "vc": v}.items():
+            self._bind_input(name, a)
+        H, Dh = cfg.n_head, cfg.d_model // cfg.n_head
+        self.logits = np.zeros((T, cfg.vocab_size), dtype=np.float32)
+        self.hidden = np.zeros((T, cfg.d_model), dtype=np.float32)
+        self.new = [(np.zeros((H, Dh, T), dtype=np.float32), np.zeros((H, T, Dh), dtype=np.float32))
+                    for _ in range(cfg.n_layer)]
+        for name, a in [("logits", self.logits), ("hidden", self.hidden)] + \
+                [(f"{kind}{layer}", arr) for layer, pair in enumerate(self.new) for kind, arr in zip("kv", pair)]:
+            self.io.bind_output(name, "cpu", 0, np.float32, list(a.shape), a.ctypes.data)
+
+    def _bind_input(self, name: str, a: np.ndarray) -> None:
+        self.io.bind_input(name, "cpu", 0, a.dtype, list(a.shape), a.ctypes.data)
+
+    def run(self, idx, pos, cmask, smask):
+        np.copyto(self.inputs["idx"], idx)
+        np.copyto(self.inputs["pos"], pos)
+        np.copyto(self.inputs["cmask"], cmask)
+        np.copyto(self.inputs["smask"], smask)
+        self.sess.run_with_iobinding(self.io)
+        return self.logits, self.hidden, self.new
+
