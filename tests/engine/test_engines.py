@@ -130,6 +130,16 @@ def depth(parents: list[int], node: int) -> int:
     return d
 
 
+def on_engine(tiny, name: str, draft_name: str, cache):
+    """(engine, the tiny target on it, a fresh draft of conf/draft/DRAFT_NAME.yaml, its model on it too)."""
+    cfg, corpus, target = tiny
+    e = engine(name, cache)
+    runner = e.wrap(target.model)
+    draft = draft_for(compose_cfg(cfg.data.path, cfg.data.cache_dir, f"draft={draft_name}"), target, corpus)
+    e.wrap_draft(draft)
+    return e, runner, draft
+
+
 class ForgetfulOnnx(OnnxModel):
     """NEGATIVE CONTROL: an engine that never writes a pass's keys and values into its cache."""
 
@@ -162,11 +172,8 @@ def loop_law(target_model, runner, draft, prompt, k: int, n_chars: int, runs: in
 @pytest.mark.parametrize("name", ENGINES)
 @pytest.mark.parametrize("draft_name", ["bigram", pytest.param("int8", marks=pytest.mark.slow)])
 def test_the_loop_on_each_engine_keeps_the_targets_law(tiny, engine_cache, name, draft_name):
-    cfg, corpus, target = tiny
-    e = engine(name, engine_cache)
-    runner = e.wrap(target.model)
-    draft = draft_for(compose_cfg(cfg.data.path, cfg.data.cache_dir, f"draft={draft_name}"), target, corpus)
-    e.wrap_draft(draft)
+    cfg, _, target = tiny
+    e, runner, draft = on_engine(tiny, name, draft_name, engine_cache)
     prompt = target.tokenizer.encode(cfg.prompt).tolist()
     for k, tree in ((2, None), (2, (2, 1))):
         results = loop_law(target.model, runner, draft, prompt, k, 6, 1500, tree)
@@ -187,11 +194,8 @@ def test_the_law_test_catches_an_engine_that_forgets_its_cache(tiny, engine_cach
 @pytest.mark.parametrize("name", ENGINES)
 @pytest.mark.parametrize("draft_name", ["bigram", "int8"])
 def test_greedy_loops_on_each_engine_equal_the_eager_baseline(tiny, engine_cache, name, draft_name):
-    cfg, corpus, target = tiny
-    e = engine(name, engine_cache)
-    runner = e.wrap(target.model)
-    draft = draft_for(compose_cfg(cfg.data.path, cfg.data.cache_dir, f"draft={draft_name}"), target, corpus)
-    e.wrap_draft(draft)
+    cfg, _, target = tiny
+    e, runner, draft = on_engine(tiny, name, draft_name, engine_cache)
     prompt = target.tokenizer.encode(cfg.prompt)
     base = generate_baseline(target.model, prompt, 60, 0.0, torch.Generator().manual_seed(0))
     assert generate_baseline(runner, prompt, 60, 0.0, torch.Generator().manual_seed(0)).tokens == base.tokens
