@@ -4,9 +4,10 @@
 1. The machine, one thread: float32 GEMM throughput and copy bandwidth (src/engine/roofline.py).
 2. Per engine and pass width (1..17, and the drafts_tree sweep's tree sizes 1 + 4, 8, 12, 44 as
    tree passes: slots and a mask given), on the config's target: FLOPs and bytes of the pass, its
-   lower bound max(flops / peak, bytes / bandwidth), the measured pass (median of interleaved
-   rounds of `timing.cost_reps` calls, all engines and widths timed in the same rounds), the
-   pass as a multiple of its bound, and the verify-cost curve tv(w) / t1.
+   arithmetic alone at the GEMM rate, its lower bound max(flops / GEMM rate, bytes / bandwidth),
+   the measured pass (median of interleaved rounds of `timing.cost_reps` calls, all engines and
+   widths timed in the same rounds), the pass as a multiple of its bound and of its arithmetic,
+   the verify-cost curve tv(w) / t1, and the largest logit difference from eager's pass.
 3. Per engine, the draft cost c of each model draft (int8, int4, int8_kernels, heads) at
    k = `k` of the config, timed as a trial times it (`measure_cost`).
 4. Per engine, the compile time of each graph (untimed in trials; here its first call).
@@ -69,27 +70,36 @@ def pass_blocks(model, prompt: list[int], reps: int) -> dict:
 def log_tables(log, cfg, target, corpus) -> None:
     spec = trial_spec(cfg)
     torch.set_num_threads(spec.threads)
-    machine = measure_machine()
-    log.info("the machine, %d thread(s): float32 GEMM %.1f GFLOP/s, copy %.1f GB/s", torch.get_num_threads(),
-             machine.flops_per_s / 1e9, machine.bytes_per_s / 1e9)
     prompt = target.tokenizer.encode(spec.prompt).tolist()
     c = target.model.cfg
+    slots = c.block_size + max(TREE_NODES) + 1
+    machine = measure_machine(pass_cost(c.vocab_size, c.d_model, c.n_layer, slots, 1).bytes)
+    log.info("the machine, %d thread(s): float32 GEMM %.1f GFLOP/s; copy %.1f GB/s (a pass's working set, in "
+             "cache), %.1f GB/s (64 MB, from memory)", torch.get_num_threads(), machine.flops_per_s / 1e9,
+             machine.bytes_per_s / 1e9, machine.memory_bytes_per_s / 1e9)
     engines = {name: engine_of(name, cfg) for name in ENGINES}
     runners = {name: e.wrap(target.model, f"target ({name})") for name, e in engines.items()}
     blocks = {}
     for name, runner in runners.items():   # one cache per engine would alias: each block sets its own up
         for key, (fn, reps) in pass_blocks(runner, prompt, spec.timing.cost_reps).items():
             blocks[(name, *key)] = (fn, reps)
-    per_call = interleaved_rounds({k: v for k, v in blocks.items()}, rounds=7)
+    diffs = {}   # each engine's logits against eager's on the same pass (the first call: its compile too)
+    with torch.no_grad():
+        for (name, w, tree), (fn, _) in blocks.items():
+            if name != "eager":
+                diffs[(name, w, tree)] = (fn() - blocks[("eager", w, tree)][0]()).abs().max().item()
+        per_call = interleaved_rounds(dict(blocks), rounds=7)
     t = {key: statistics.median(v) for key, v in per_call.items()}
-    log.info("| engine | width | pass | GFLOP | MB | bound us | measured us | measured / bound | tv(w) / t1 |")
-    log.info("|---|---|---|---|---|---|---|---|---|")
+    log.info("| engine | width | pass | MFLOP | MB | arithmetic us | bound us | measured us | / bound | "
+             "/ arithmetic | tv(w) / t1 | max logit diff vs eager |")
+    log.info("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for (name, w, tree), seconds in t.items():
-        cost = pass_cost(c.vocab_size, c.d_model, c.n_layer, c.block_size + max(TREE_NODES) + 1, w)
-        bound = machine.bound_s(cost)
-        log.info("| %s | %d | %s | %.4f | %.2f | %.1f | %.0f | %.1f | %.2f |", name, w, "tree" if tree else "chain",
-                 cost.flops / 1e9, cost.bytes / 1e6, bound * 1e6, seconds * 1e6, seconds / bound,
-                 seconds / t[(name, 1, False)])
+        cost = pass_cost(c.vocab_size, c.d_model, c.n_layer, slots, w)
+        bound, arith = machine.bound_s(cost), machine.compute_s(cost)
+        log.info("| %s | %d | %s | %.2f | %.2f | %.1f | %.1f | %.0f | %.1f | %.1f | %.2f | %.1e |", name, w,
+                 "tree" if tree else "chain", cost.flops / 1e6, cost.bytes / 1e6, arith * 1e6, bound * 1e6,
+                 seconds * 1e6, seconds / bound, seconds / arith, seconds / t[(name, 1, False)],
+                 diffs.get((name, w, tree), 0.0))
     log.info("draft cost c at k = %d per engine (measure_cost, as a trial times it):", spec.k)
     log.info("| draft | %s |", " | ".join(engines))
     log.info("|---|%s", "---|" * len(engines))

@@ -12,8 +12,10 @@ ones a query may not see, so the attention work grows with the cache, not with t
 
 (LayerNorms, GELU, softmax and embeddings are left out: a few w d per layer, under 1% here.)
 A pass can take no less than max(flops / peak FLOP/s, bytes / bandwidth): the machine's bound.
-`measure_machine` times the two rates on this machine, one thread (a 1024^3 float32 GEMM, a
-64 MB copy); src/bench/roofline.py sets each engine's measured pass beside the bound.
+`measure_machine` times the rates on this machine, one thread: a 1024^3 float32 GEMM, a copy the
+size of a pass's bytes (the weights and the cache stay in cache from one pass to the next, so this
+is the bandwidth a pass sees) and a 64 MB copy (from memory, reported beside it);
+src/bench/roofline.py sets each engine's measured pass beside the bound.
 """
 from __future__ import annotations
 
@@ -45,10 +47,16 @@ def pass_cost(vocab_size: int, d_model: int, n_layer: int, slots: int, width: in
 @dataclass(frozen=True)
 class Machine:
     flops_per_s: float      # single-thread float32 GEMM throughput
-    bytes_per_s: float      # copy bandwidth (bytes read + written per second)
+    bytes_per_s: float      # copy bandwidth of a working set the size of a pass's (in cache here)
+    memory_bytes_per_s: float  # copy bandwidth of a 64 MB working set (from memory)
+
+    def compute_s(self, cost: PassCost) -> float:
+        return cost.flops / self.flops_per_s
 
     def bound_s(self, cost: PassCost) -> float:
-        return max(cost.flops / self.flops_per_s, cost.bytes / self.bytes_per_s)
+        """The pass's lower bound: its arithmetic at the GEMM rate, or its bytes at the bandwidth of
+        a working set of its size (the weights and the cache stay in cache between passes)."""
+        return max(self.compute_s(cost), cost.bytes / self.bytes_per_s)
 
 
 def _best_of(fn, repeats: int) -> float:
@@ -61,13 +69,18 @@ def _best_of(fn, repeats: int) -> float:
     return best
 
 
-def measure_machine(n: int = 1024, copy_mb: int = 64, repeats: int = 5) -> Machine:
+def copy_rate(nbytes: int, repeats: int) -> float:
+    """Bytes read and written per second copying a tensor of `nbytes` (best of `repeats`)."""
+    src = torch.empty(max(1, nbytes // FLOAT))
+    dst = torch.empty_like(src)
+    return 2.0 * src.numel() * FLOAT / _best_of(lambda: dst.copy_(src), repeats)
+
+
+def measure_machine(pass_bytes: float, n: int = 1024, memory_mb: int = 64, repeats: int = 7) -> Machine:
     """This machine's rates, on the threads torch is set to (the trials use one): the best of
-    `repeats` runs of an n^3 float32 matmul and of a `copy_mb` MB tensor copy."""
+    `repeats` runs of an n^3 float32 matmul, of a copy of `pass_bytes` and of a `memory_mb` MB copy."""
     a, b = torch.randn(n, n), torch.randn(n, n)
     out = torch.empty(n, n)
     gemm = _best_of(lambda: torch.mm(a, b, out=out), repeats)
-    src = torch.empty(copy_mb * (1 << 20) // FLOAT)
-    dst = torch.empty_like(src)
-    copy = _best_of(lambda: dst.copy_(src), repeats)
-    return Machine(2.0 * n ** 3 / gemm, 2.0 * src.numel() * FLOAT / copy)
+    return Machine(2.0 * n ** 3 / gemm, copy_rate(int(pass_bytes), repeats * 3),
+                   copy_rate(memory_mb * (1 << 20), repeats))
