@@ -338,6 +338,9 @@ def trial_spec(config) -> TrialSpec:
     if device != "cpu" and not device.startswith("cuda"):
         raise SpecsweepError(f"device must be cpu or cuda[:N], got {device!r}")
     target = target_spec(config)
+    engine = engine_spec(c.sub("engine").node)
+    if engine.name == "onnx" and device != "cpu":
+        raise SpecsweepError(f"engine=onnx runs on the CPU: use device=cpu, or engine=compiled on {device}")
     need = len(prompt) + n_chars + k
     if need > target.model["block_size"]:
         raise SpecsweepError(f"prompt ({len(prompt)}) + n_chars ({n_chars}) + k ({k}) = {need} chars "
@@ -348,7 +351,7 @@ def trial_spec(config) -> TrialSpec:
     samples = integer("exactness.samples", e["samples"], 1)
     return TrialSpec(target=target, draft=draft, k=k, tree=tree, seed=integer("seed", c["seed"], 0), n_chars=n_chars,
                      temperature=temperature, prompt=prompt, threads=integer("threads", c["threads"], 1),
-                     device=device, timing=timing_spec(c.sub("timing").node), engine=engine_spec(c.sub("engine").node),
+                     device=device, timing=timing_spec(c.sub("timing").node), engine=engine,
                      exactness_samples=samples if boolean("exactness.enabled", e["enabled"]) else None)
 
 

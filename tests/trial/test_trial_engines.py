@@ -29,6 +29,7 @@ def test_a_trial_on_the_onnx_engine(tiny):
     ("engine.name=tpu", "unknown engine 'tpu'"),
     ("engine=compiled engine.mode=max-autotune", "cannot both be set"),
     ("engine=compiled +engine.options.nosuch_option=1", "torch._inductor.config has no nosuch_option"),
+    ("engine=onnx device=cuda", "engine=onnx runs on the CPU"),
 ])
 def test_bad_engine_settings_are_refused(tmp_path, override, message):
     with pytest.raises(SpecsweepError, match=message):
