@@ -10,8 +10,9 @@ run on the same engine.
 - `onnx`: ONNX Runtime, one session per pass width, the KV cache outside the graph
   (src/engine/onnx_engine.py).
 - `compiled`: `torch.compile` of the cached forward with static shapes (dynamic=False): one
-  graph per pass width (and per tree mask shape, per return_hidden), as gpt-fast compiles its
-  decode step, for one sequence (a cache of several runs eager); the first call of each shape compiles it, which the trial's untimed runs do
+  graph per pass shape (batch and width, positions shared or per sequence, per tree mask shape,
+  per return_hidden), as gpt-fast compiles its decode step; the first call of each shape
+  compiles it, which the trial's untimed runs do
   (its counter run, each timing's warm-up), and its seconds are kept in `compile_s`. Forwards
   without a cache (training, full-sequence scoring) stay eager. Inductor's own on-disk cache,
   put in `cache_dir`, keeps the compiled code per host across processes: a sweep compiles each
@@ -113,9 +114,11 @@ class CompiledModel:
         return getattr(self.model, name)
 
     def __call__(self, idx, input_pos=None, slots=None, mask=None, *, return_hidden: bool = False):
-        if input_pos is None or self.model._cache_batch != 1 or idx.shape[0] != 1 or self.fallback:
+        if input_pos is None or self.model._cache_batch != idx.shape[0] or self.fallback:
             return self.model(idx, input_pos, slots, mask, return_hidden=return_hidden)
-        key = (tuple(idx.shape), slots is None, None if mask is None else tuple(mask.shape), return_hidden)
+        # a graph per shape: (B, width), positions shared (T,) or per sequence (B, T), tree mask or none
+        key = (tuple(idx.shape), input_pos.dim(), slots is None, None if mask is None else tuple(mask.shape),
+               return_hidden)
         if key in self.compile_s:
             return self.compiled(idx, input_pos, slots, mask, return_hidden=return_hidden)
         t0 = time.perf_counter()

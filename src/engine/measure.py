@@ -10,9 +10,10 @@ import time
 
 import torch
 
+from .batch import prefill_batch
 from .decode import prefill
 from .drafts.base import Draft
-from .sampling import probs_from_logits, sample, speculative_accept, tvd, uniforms
+from .sampling import UniformBuffer, probs_from_logits, sample, speculative_accept, tvd, uniforms
 from .timing import FIXED, WIDTH, adaptive_rounds, interleaved_medians, relative_width, round_ratio
 from .tree import TreeMasks, build_tree, max_nodes, tree_accept, tree_inputs
 
@@ -91,8 +92,14 @@ def measure_cost(target, draft: Draft, prompt: list[int], k: int, temperature: f
               "draft": (proposal(draft, prompt, k, temperature, gen), max(1, reps // k))}
     # a loop's prefill rewrites the target's cache with the same prompt keys, and the other
     # blocks' passes cost the same whatever the slots beyond it hold
-    loops = loops or {}
-    blocks |= {f"{name} loop": (run, 1) for name, (run, _) in loops.items()}
+    return component_times(blocks, k, loops or {}, rounds, width, level, max_rounds, max_seconds, device)
+
+
+def component_times(blocks: dict, k: int, loops: dict, rounds: int, width: float | None, level: float,
+                    max_rounds: int | None, max_seconds: float | None, device: str) -> dict:
+    """measure_cost's rounds and statistics over its timed blocks: "target" (a 1-char pass),
+    "verify" (a (k+1)-char pass), "draft" (one k-char proposal) and one "<name> loop" per loop."""
+    blocks = blocks | {f"{name} loop": (run, 1) for name, (run, _) in loops.items()}
     adaptive = bool(width)
 
     def pass_width(per_call):
@@ -115,6 +122,37 @@ def measure_cost(target, draft: Draft, prompt: list[int], k: int, temperature: f
     if "base" in loops:  # every other component in units of the baseline loop's pass, within each round
         out |= {f"{name}_per_base": round_ratio(x, per_round["base"]) for name, x in per_round.items() if name != "base"}
     return out
+
+
+@torch.no_grad()
+def measure_batch_cost(target, draft: Draft, prompts: list[list[int]], k: int, temperature: float, reps: int,
+                       device: str, rounds: int = 7, width: float | None = None, level: float = 0.95,
+                       max_rounds: int | None = None, max_seconds: float | None = None) -> dict:
+    """measure_cost for a batch of B sequences (src/engine/batch.py), as its loops run: a (B, 1)
+    target pass (the baseline's step), a (B, k+1) verify pass at per-sequence positions (the
+    speculative step's), and one k-char proposal for all B rows (`propose_batch`; its time / k is
+    `draft_char_us`, per drafted position of the whole batch, so c = draft_char_us / target_pass_us
+    stays the cost of drafting one char per sequence in units of the batch's one-char pass).
+    Same rounds and width test as measure_cost (no loops are timed: the free loop is a chain's
+    at B = 1)."""
+    gen = torch.Generator(device=device).manual_seed(0)
+    P, B = len(prompts[0]), len(prompts)
+    positions = prefill_batch(target, prompts)
+    last = torch.tensor([p[-1:] for p in prompts], device=device)                    # (B, 1)
+    many = last.expand(B, k + 1).contiguous()                                         # (B, k+1); values do not matter
+    at = torch.full((B, 1), P - 1, device=device) + positions[:k + 1]                # (B, k+1) per-row positions
+    sources = [UniformBuffer(gen) for _ in range(B)]
+    rows = list(range(B))
+    draft.reset()
+    draft.propose_batch(prompts, rows, k, temperature, sources)   # the draft's own prefill, untimed
+    seqs = [p + p[-1:] for p in prompts]
+
+    def propose_k():
+        draft.propose_batch(seqs, rows, k, temperature, sources)
+    blocks = {"target": (lambda: target(last, positions[P - 1:P]), reps),
+              "verify": (lambda: target(many, at), reps),
+              "draft": (propose_k, max(1, reps // k))}
+    return component_times(blocks, k, {}, rounds, width, level, max_rounds, max_seconds, device)
 
 
 @torch.no_grad()

@@ -42,9 +42,15 @@ class KVCache(nn.Module):
         self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
 
     def update(self, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
-        # slots: (T,), k/v: (B, H, T, Dh) -> full cache tensors (B, H, S, Dh)
-        self.k[:, :, slots] = k
-        self.v[:, :, slots] = v
+        # slots: (T,) shared by the batch, or (B, T) per sequence; k/v: (B, H, T, Dh)
+        # -> full cache tensors (B, H, S, Dh)
+        if slots.dim() == 1:
+            self.k[:, :, slots] = k
+            self.v[:, :, slots] = v
+        else:  # each sequence at its own slots: rows index (B, 1) x (B, T) -> (B, T, H, Dh)
+            rows = torch.arange(k.shape[0], device=k.device)[:, None]
+            self.k[rows, :, slots] = k.transpose(1, 2)
+            self.v[rows, :, slots] = v.transpose(1, 2)
         return self.k, self.v
 
     def move(self, src: torch.Tensor, dst: torch.Tensor) -> None:
@@ -69,9 +75,10 @@ class Attention(nn.Module):
         q, k, v = self.qkv(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, self.head_dim).transpose(1, 2) for t in (q, k, v))
         if self.kv_cache is not None:
-            # attend over the whole cache; `mask` (T, S) hides every slot a query may not see
+            # attend over the whole cache; `mask` (T, S), or (B, T, S) per sequence, hides every
+            # slot a query may not see (a sequence only ever sees its own row of the cache)
             k, v = self.kv_cache.update(slots, k, v)
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask if mask.dim() == 2 else mask[:, None])
         else:
             drop = self.dropout if self.training else 0.0
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=drop)
@@ -165,9 +172,11 @@ class Transformer(nn.Module):
     def forward(self, idx: torch.Tensor, input_pos: torch.Tensor | None = None,
                 slots: torch.Tensor | None = None, mask: torch.Tensor | None = None,
                 *, return_hidden: bool = False):
-        """idx: (B, T) token ids. input_pos: (T,) their positions, required with a cache.
-        slots: (T,) the cache slots their keys/values are written to (default: input_pos).
-        mask: (T, S) bool, the cache slots each input attends to (default: causal by position).
+        """idx: (B, T) token ids. input_pos: (T,) their positions, required with a cache, or (B, T)
+        when each sequence of a batch is at its own position (src/engine/batch.py).
+        slots: (T,) or (B, T), the cache slots their keys/values are written to (default: input_pos).
+        mask: (T, S) or (B, T, S) bool, the cache slots each input attends to (default: causal by
+        position).
 
         Returns logits (B, T, vocab) for every input position; with return_hidden, the pair
         (logits, hidden (B, T, d_model)): the last hidden state after ln_f, whose unembedding

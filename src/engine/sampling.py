@@ -75,6 +75,17 @@ def sample(probs: torch.Tensor, gen: torch.Generator | UniformBuffer) -> int:
     return draw(probs.tolist(), uniforms(1, gen)[0])
 
 
+def draw_rows(probs: torch.Tensor, u: list[float]) -> torch.Tensor:
+    """One inverse-CDF draw per row of (B, V) nonnegative weights, row b with uniform u[b]: the
+    rule of `draw` for a whole batch in three tensor ops (B rows of `draw` in Python cost B times
+    V list operations). Returns (B,) long ids. As in `draw`, a zero-weight char has an empty
+    interval (its CDF equals the one before) and u <= 1 - 2^-53 keeps u * total < total, so the
+    draw never lands on a char of weight 0 or past the last char."""
+    cdf = probs.double().cumsum(-1)                                                     # (B, V)
+    at = torch.tensor(u, dtype=torch.float64, device=probs.device)[:, None] * cdf[:, -1:]  # (B, 1)
+    return torch.searchsorted(cdf, at, right=True)[:, 0]
+
+
 def residual_weights(p_row: list[float], q_row: list[float]) -> list[float]:
     """max(0, p - q), unnormalized. Where p <= q everywhere (p == q up to rounding) it is all
     zero; a rejection then had probability ~0 and any distribution is correct: use p, never NaN."""
@@ -103,6 +114,49 @@ def speculative_accept(p, q, drafts: list[int], gen: torch.Generator | UniformBu
         n += 1
     weights = residual_weights(P[n], Q[n]) if n < k else P[k]
     return n, draw(weights, u[k])
+
+
+def accept_rows(p: torch.Tensor, q, drafts: list[list[int]], sources: list, rows: list[int]) -> dict[int, tuple[int, int]]:
+    """`speculative_accept` for the rows of a batch, each on its own uniforms.
+
+    p: (B, k+1, V) target probabilities of the batch's verify pass.
+    q: (B, k, V) tensor, or B per-row sequences of k rows (a table draft's lists or MixtureRows;
+       None for a row not verified): q[b][i] is the law drafts[b][i] was drawn from.
+    drafts: B lists of k ids. sources: row b's uniform source (its own generator or buffer).
+    rows: the rows to verify (a finished sequence's row is padding: not verified, no uniform drawn).
+    Returns {b: (n_accepted, next_char)}, the same rule with the same uniforms as
+    `speculative_accept` on row b alone: u[i] * q(d_i) < p(d_i) accepts draft i, the first
+    rejection draws from max(0, p - q) at its own position with u[k], all accepted draws the
+    bonus from p[k]. Only the values the rule reads leave the tensors: p and q of the drafted
+    chars (B, k) and one whole row per sequence, the one its draw is from."""
+    k = p.shape[1] - 1
+    ids = torch.tensor(drafts, device=p.device)                                      # (B, k)
+    p_d = p[:, :k].gather(-1, ids[..., None])[..., 0].tolist()                        # (B, k)
+    dense = isinstance(q, torch.Tensor)
+    q_d = q.gather(-1, ids[..., None])[..., 0].tolist() if dense else None           # (B, k)
+    n_of, u_of = {}, {}
+    for b in rows:
+        u = uniforms(k + 1, sources[b])
+        qb = q_d[b] if dense else [q[b][i][d] for i, d in enumerate(drafts[b])]
+        n = 0
+        while n < k and u[n] * qb[n] < p_d[b][n]:   # u < p/q without dividing
+            n += 1
+        n_of[b], u_of[b] = n, u[k]
+    if not rows:
+        return {}
+    at = torch.tensor(rows, device=p.device)
+    ns = torch.tensor([n_of[b] for b in rows], device=p.device)
+    p_rows = p[at, ns].tolist()                                                       # (R, V): each row's draw
+    q_rows = q[at, ns.clamp(max=k - 1)].tolist() if dense else None                  # (R, V)
+    out = {}
+    for j, b in enumerate(rows):
+        n = n_of[b]
+        if n < k:
+            weights = residual_weights(p_rows[j], q_rows[j] if dense else q[b][n])
+        else:
+            weights = p_rows[j]
+        out[b] = n, draw(weights, u_of[b])
+    return out
 
 
 def overlap(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:

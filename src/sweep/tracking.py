@@ -220,7 +220,8 @@ def pairs_csv(timing) -> str:
 
 
 def log_trial_result(client, run_id: str, cfg: DictConfig, result) -> None:
-    """Metrics (with per-pair histories), and the artifacts: pairs.csv, config.yaml, sample.txt."""
+    """Metrics (with per-pair histories), and the artifacts: pairs.csv, config.yaml, sample.txt and,
+    for a batch, sequences.csv (each sequence's counters)."""
     import time
 
     from mlflow.entities import Metric, RunTag
@@ -237,4 +238,9 @@ def log_trial_result(client, run_id: str, cfg: DictConfig, result) -> None:
         Path(tmp, "pairs.csv").write_text(pairs_csv(t))
         Path(tmp, "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
         Path(tmp, "sample.txt").write_text(result.text, encoding="utf-8")
+        if result.sequences:
+            with open(Path(tmp, "sequences.csv"), "w", newline="", encoding="utf-8") as f:
+                w = csv.DictWriter(f, fieldnames=list(result.sequences[0]))
+                w.writeheader()
+                w.writerows(result.sequences)
         client.log_artifacts(run_id, tmp)

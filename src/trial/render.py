@@ -31,7 +31,8 @@ def trial_block(spec: TrialSpec, r: TrialResult) -> str:
     verify_size = f"1+{m['verify_nodes']:.0f} nodes" if tree else "k+1"
     lines = [
         f"draft {r.info['draft']}  k={k}  seed={spec.seed}  n_chars={spec.n_chars}  temperature={spec.temperature}"
-        f"  verify={r.info.get('verify', 'chain')}  engine={r.info.get('engine', 'eager')}",
+        f"  verify={r.info.get('verify', 'chain')}  engine={r.info.get('engine', 'eager')}"
+        + (f"  batch={spec.batch} ({spec.batch_prompts} prompts)" if spec.batch > 1 else ""),
         f"target {r.info['target_key']}: {r.info['target_params']} params, val loss {r.info['target_val_loss']:.4f} nats/char",
         f"acceptance        {m['acceptance']:.3f}  (per tested position {m['position_acceptance']:.3f}, "
         f"analytic {m['analytic_acceptance']:.3f})",
@@ -45,6 +46,12 @@ def trial_block(spec: TrialSpec, r: TrialResult) -> str:
         f"predicted         {m['predicted_speedup']:.2f}x  = chars per pass / (1 + "
         + (f"{m['nodes_per_pass']:.1f} nodes per pass x c)" if tree else "k c)"),
     ]
+    if "seq_chars_per_pass" in m:  # a batch: each sequence's own rate beside the batch's, and throughput
+        lines.insert(5, f"sequences         {spec.batch}: own chars per pass {m['seq_chars_per_pass']:.2f} mean "
+                        f"[{m['seq_chars_per_pass_min']:.2f}-{m['seq_chars_per_pass_max']:.2f}], {m['seq_passes_mean']:.1f} "
+                        f"passes mean (the batch waits for its slowest: {m['target_passes']})")
+        lines.insert(-1, f"throughput        {m['baseline_chars_per_s']:.0f} chars/s baseline, "
+                         f"{m['speculative_chars_per_s']:.0f} speculative (all {spec.batch} sequences, median runs)")
     if "compile_s" in m:
         lines.insert(6, f"compiled          {m['compiled_graphs']:.0f} graphs in {m['compile_s']:.1f} s (untimed: the "
                         f"counter run and the warm-ups)")

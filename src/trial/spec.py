@@ -88,12 +88,16 @@ class TrialSpec:
     timing: TimingSpec
     engine: EngineSpec
     exactness_samples: int | None  # the seed's first-char TVD check: its samples, None when off
+    batch: int = 1               # sequences decoded together (src/engine/batch.py); 1: one sequence
+    batch_prompts: str = "same"  # same: every sequence from `prompt`; validation: windows of the validation split
 
     @property
     def label(self) -> str:
-        """The cell as a run is named: <draft>-k<k>-s<seed>, a tree's <draft>-tree<widths>-s<seed>."""
+        """The cell as a run is named: <draft>-k<k>-s<seed>, a tree's <draft>-tree<widths>-s<seed>,
+        a batch's <draft>-k<k>-b<B>-s<seed>."""
         shape = f"tree{tree_label(self.tree)}" if self.tree else f"k{self.k}"
-        return f"{self.draft.name}-{shape}-s{self.seed}"
+        batch = f"-b{self.batch}" if self.batch > 1 else ""
+        return f"{self.draft.name}-{shape}{batch}-s{self.seed}"
 
     @property
     def drafted_per_pass(self) -> int:
@@ -347,12 +351,35 @@ def trial_spec(config) -> TrialSpec:
                              f"exceeds the model's context window of {target.model['block_size']}")
     draft = draft_spec(c.sub("draft").node, config)
     check_draft(draft, target, k, need)
+    batch, batch_prompts = batch_settings(c, tree, engine, draft)
     e = _Reader(config).sub("exactness")
     samples = integer("exactness.samples", e["samples"], 1)
     return TrialSpec(target=target, draft=draft, k=k, tree=tree, seed=integer("seed", c["seed"], 0), n_chars=n_chars,
                      temperature=temperature, prompt=prompt, threads=integer("threads", c["threads"], 1),
                      device=device, timing=timing_spec(c.sub("timing").node), engine=engine,
-                     exactness_samples=samples if boolean("exactness.enabled", e["enabled"]) else None)
+                     exactness_samples=samples if boolean("exactness.enabled", e["enabled"]) else None,
+                     batch=batch, batch_prompts=batch_prompts)
+
+
+BATCH_PROMPTS = ("same", "validation")
+
+
+def batch_settings(c: _Reader, tree, engine: EngineSpec, draft: DraftSpec) -> tuple[int, str]:
+    """(batch, batch_prompts), refused in one line where a batch cannot run: a tree, the onnx
+    engine (its graphs take one sequence) or a draft that cannot draft for a batch (heads)."""
+    batch = integer("batch", c["batch"], 1)
+    prompts = c["batch_prompts"]
+    if prompts not in BATCH_PROMPTS:
+        raise SpecsweepError(f"batch_prompts must be one of {', '.join(BATCH_PROMPTS)}, got {prompts!r}")
+    if batch == 1:
+        return batch, prompts
+    if tree is not None:
+        raise SpecsweepError(f"batch={batch} decodes chains only: use verify=chain (or batch=1 for a tree)")
+    if engine.name == "onnx":
+        raise SpecsweepError(f"batch={batch}: engine=onnx runs one sequence; use engine=eager or engine=compiled")
+    if not getattr(draft_class(draft.cls), "batched", False):
+        raise SpecsweepError(f"batch={batch}: draft {draft.name!r} drafts one sequence at a time; use batch=1")
+    return batch, prompts
 
 
 def check_draft(draft: DraftSpec, target: TargetSpec, k: int, need: int) -> None:

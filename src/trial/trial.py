@@ -18,6 +18,7 @@ from ..engine.measure import exactness_check, measure_cost
 from ..engine.replay import ProposalRecorder, ReplayDraft
 from ..engine.timing import PairedTiming, paired_timing
 from ..engine.tree import generate_tree, max_nodes
+from .batched import batch_measurements, batch_prompts, sequence_rows
 from .checks import check_inputs
 from .load import TargetSource, build_draft, draft_model_key, load_target
 from .lock import timing_lock
@@ -30,8 +31,9 @@ log = logging.getLogger(__name__)
 class TrialResult:
     metrics: dict                 # flat name -> number, everything a sweep compares
     timing: PairedTiming          # raw per-pair times
-    text: str                     # the speculative run's generated chars
+    text: str                     # the speculative run's generated chars (a batch's first sequence)
     info: dict = field(default_factory=dict)  # target key, draft facts, ...
+    sequences: list[dict] = field(default_factory=list)  # batch > 1: per sequence, its counters
 
 
 def free_loop_run(speculate, recorder: ProposalRecorder, g):
@@ -73,7 +75,41 @@ def run_trial(spec: TrialSpec, source: TargetSource | None = None, progress: boo
     model = engine.wrap(target.model)
     engine.wrap_draft(draft)
     prompt = target.tokenizer.encode(spec.prompt).tolist()
-    k, n, T = spec.k, spec.n_chars, spec.temperature
+    timed_phase = lock if lock is not None else timing_lock(spec.timing)
+    sequences = []
+    if spec.batch > 1:
+        prompts = batch_prompts(spec, corpus, target.tokenizer)
+        metrics, timing, g = batch_measurements(spec, model, draft, prompts, timed_phase)
+        text = target.tokenizer.decode(g.tokens[0])
+        sequences = sequence_rows(g, prompts, target.tokenizer.decode)
+    else:
+        metrics, timing, tokens = sequence_measurements(spec, model, draft, prompt, timed_phase)
+        text = target.tokenizer.decode(tokens)
+    # loop overhead left after the measured components, per pass (used by the cost models)
+    passes = metrics["target_passes"]
+    metrics["overhead_us_per_pass"] = (metrics["speculative_s_median"] * 1e6 - passes * metrics["verify_pass_us"]
+                                       - metrics["proposed"] * metrics["draft_char_us"]) / passes
+    compiled = engine.compile_report()
+    if compiled:  # compilation ran in the untimed runs (counters, warm-ups): its time, apart
+        metrics["compile_s"] = sum(c["compile_s"] for c in compiled.values())
+        metrics["compiled_graphs"] = sum(c["graphs"] for c in compiled.values())
+    if spec.exactness_samples is not None:
+        metrics.update(exactness_check(model, draft, prompt, spec.temperature, spec.exactness_samples, spec.seed,
+                                       tree_widths=spec.tree))
+    info = {"target_key": target.key, "target_val_loss": target.val_loss, "verify": "chain" if spec.tree is None
+            else f"tree {tree_label(spec.tree)} ({max_nodes(spec.tree)} nodes)",
+            "target_params": model.n_params(), "draft": draft.name, "engine": engine.name,
+            **{f"engine_fallback.{label}": c["fallback"] for label, c in compiled.items() if c["fallback"]}, **{f"draft_{a}": b for a, b in draft.describe().items()}}
+    model_key = draft_model_key(spec.draft, corpus)
+    if model_key is not None:  # a model draft: which trained target drafted (a tag `info.draft_model_key`)
+        info["draft_model_key"] = model_key
+    return TrialResult(metrics, timing, text, info, sequences)
+
+
+def sequence_measurements(spec: TrialSpec, model, draft, prompt: list[int], timed_phase):
+    """One sequence (batch 1): the counters of the trial's loop (chain or tree), its component
+    costs and paired timing. Returns (metrics, PairedTiming, the counter run's chars)."""
+    device, k, n, T = spec.device, spec.k, spec.n_chars, spec.temperature
     widths = spec.tree
 
     def new_gen():
@@ -114,27 +150,10 @@ def run_trial(spec: TrialSpec, source: TargetSource | None = None, progress: boo
         metrics.update({"tree_depth": len(widths), "tree_nodes": max_nodes(widths), "nodes_per_pass": per_pass})
 
     t = spec.timing
-    with lock if lock is not None else timing_lock(t):
+    with timed_phase:
         metrics.update(measure_cost(model, draft, prompt, k, T, t.cost_reps, device, tree_widths=widths,
                                     loops=loops, **t.cost_options))
         timing = paired_timing(baseline, lambda: speculate(track_overlap=False), t.pairs, device, **t.pair_options)
     metrics.update(timing.summary())
     metrics["predicted_speedup"] = metrics["chars_per_pass"] / (1 + per_pass * metrics["c"])
-    # loop overhead left after the measured components, per pass (used by the cost models)
-    spec_s = metrics["speculative_s_median"]
-    metrics["overhead_us_per_pass"] = (spec_s * 1e6 - g.target_passes * metrics["verify_pass_us"]
-                                       - g.proposed * metrics["draft_char_us"]) / g.target_passes
-    compiled = engine.compile_report()
-    if compiled:  # compilation ran in the untimed runs (counters, warm-ups): its time, apart
-        metrics["compile_s"] = sum(c["compile_s"] for c in compiled.values())
-        metrics["compiled_graphs"] = sum(c["graphs"] for c in compiled.values())
-    if spec.exactness_samples is not None:
-        metrics.update(exactness_check(model, draft, prompt, T, spec.exactness_samples, spec.seed, tree_widths=widths))
-    info = {"target_key": target.key, "target_val_loss": target.val_loss, "verify": "chain" if widths is None
-            else f"tree {tree_label(widths)} ({max_nodes(widths)} nodes)",
-            "target_params": model.n_params(), "draft": draft.name, "engine": engine.name,
-            **{f"engine_fallback.{label}": c["fallback"] for label, c in compiled.items() if c["fallback"]}, **{f"draft_{a}": b for a, b in draft.describe().items()}}
-    model_key = draft_model_key(spec.draft, corpus)
-    if model_key is not None:  # a model draft: which trained target drafted (a tag `info.draft_model_key`)
-        info["draft_model_key"] = model_key
-    return TrialResult(metrics, timing, target.tokenizer.decode(g.tokens), info)
+    return metrics, timing, g.tokens

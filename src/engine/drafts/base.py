@@ -24,6 +24,10 @@ class Draft:
     # True for drafts that read the target's last hidden state (heads): only for them does the
     # decode loop ask the target for hidden states and call `observe` after every pass.
     uses_target_hidden: bool = False
+    # True for drafts that can draft for a batch of sequences (`propose_batch`, src/engine/batch.py):
+    # a draft whose proposal depends only on the committed chars and its uniforms (the table
+    # drafts) with the default below, a draft with state per sequence by overriding it
+    batched: bool = False
 
     def __init__(self, target: Transformer, train_ids: torch.Tensor, name: str | None = None):
         self.name = name or self.name
@@ -49,6 +53,30 @@ class Draft:
         distribution drafts[i] was sampled from, at `temperature` (one-hot at 0).
         """
         raise NotImplementedError
+
+    def propose_batch(self, seqs: list[list[int]], rows: list[int], k: int, temperature: float, sources: list):
+        """Draft k chars after each of B committed sequences (a batch: src/engine/batch.py).
+
+        seqs: B lists of committed ids; rows: the rows to draft for (the others are padding, a
+        finished sequence: their drafts are any k ids and are never verified); sources: row b's
+        uniforms (its own generator, or a `UniformBuffer` of it), so each row draws only from its
+        own stream. Returns (drafts: B lists of k ids, q: a (B, k, V) tensor, or B per-row
+        sequences of k rows as `propose` returns them, None for a padding row).
+
+        This default drafts each row on its own with `propose` (no tensor op per char): right for a
+        draft whose proposal depends only on the sequence and its uniforms (`batched` is then
+        True); a draft with state per sequence (a KV cache) overrides it."""
+        if not self.batched:
+            raise NotImplementedError(f"draft {self.name!r} cannot draft for a batch of sequences")
+        drafts, qs, todo = [], [], set(rows)
+        for b, seq in enumerate(seqs):
+            if b in todo:
+                d, q = self.propose(seq, k, temperature, sources[b])
+            else:
+                d, q = [seq[-1]] * k, None
+            drafts.append(d)
+            qs.append(q)
+        return drafts, qs
 
     def observe(self, hidden: torch.Tensor, emitted: int) -> None:
         """For drafts with `uses_target_hidden`: the target's hidden row (d_model,) at the input
