@@ -139,7 +139,14 @@ COMPONENTS = {"target_pass_us": "target_pass_us", "verify_pass_us": "verify_pass
 
 
 def seed_formula(t: pd.DataFrame) -> pd.Series:
-    return t["chars_per_pass"] / (1 + t["k"] * t["c"])
+    return t["chars_per_pass"] / (1 + drafted_per_pass(t) * t["c"])
+
+
+def drafted_per_pass(t: pd.DataFrame) -> pd.Series:
+    """Chars a pass drafts: k, or under an adaptive draft-length policy (k its cap) the trial's
+    mean (metric `drafted_mean`)."""
+    k = t["k"].astype(float)
+    return t["drafted_mean"].astype(float).fillna(k) if "drafted_mean" in t else k
 
 
 def expected_chars_per_pass(a: pd.Series, k: pd.Series) -> pd.Series:
@@ -183,11 +190,13 @@ class Extended:
 
 
 def verify_nodes(t: pd.DataFrame) -> pd.Series:
-    """Drafted positions a verify pass scores beyond the last committed char: k for a chain, the
-    tree's node count for a tree (metric `tree_nodes`; trials that predate it are chains)."""
+    """Drafted positions a verify pass scores beyond the last committed char: k for a chain (an
+    adaptive policy's mean drafted length: the verify cost is linear in it), the tree's node count
+    for a tree (metric `tree_nodes`; trials that predate it are chains)."""
+    chain = drafted_per_pass(t)
     if "tree_nodes" not in t:
-        return t["k"].astype(float)
-    return t["tree_nodes"].astype(float).fillna(t["k"].astype(float))
+        return chain
+    return t["tree_nodes"].astype(float).fillna(chain)
 
 
 def _rank(a: np.ndarray) -> int:

@@ -2,7 +2,8 @@
 
 speedup vs k: per draft the pooled median with its interval as a band, the extended model dashed and
 the seed formula dotted, a line at 1.0; acceptance vs k; predicted vs measured with y = x; the pays
-map (predicted chain speedup over per-position acceptance and draft cost, one per target).
+map (predicted chain speedup over per-position acceptance and draft cost, one per target); speedup vs
+the batch size, one panel per engine.
 """
 from __future__ import annotations
 
@@ -33,6 +34,28 @@ def speedup_vs_k(cells: pd.DataFrame):
            title="Speedup vs k (band: interval for the pooled median)")
     ax.set_xticks(sorted(cells["k"].unique()))
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))  # outside: the lines cross everywhere
+    return fig
+
+
+def speedup_vs_batch(rows: pd.DataFrame):
+    """`rows`: the regimes table's rows (draft, engine, batch, best k, speedup, lo, hi) of drafts
+    measured at several batch sizes. One panel per engine: each draft's best cell against B (log2
+    axis), its interval as error bars, a line at 1.0."""
+    engines = sorted(rows["engine"].unique())
+    fig, axes = plt.subplots(1, len(engines), figsize=(5 * len(engines), 4), sharey=True, squeeze=False)
+    drafts = sorted(rows["draft"].unique())
+    for ax, engine in zip(axes[0], engines):
+        for draft, g in rows[rows["engine"] == engine].groupby("draft", sort=True):
+            g = g.sort_values("batch")
+            err = np.vstack([g["speedup"] - g["lo"], g["hi"] - g["speedup"]])
+            ax.errorbar(g["batch"], g["speedup"], yerr=err, fmt="o-", capsize=3, color=f"C{drafts.index(draft)}",
+                        label=draft)
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sorted(rows["batch"].unique()), [str(b) for b in sorted(rows["batch"].unique())])
+        ax.set(xlabel="batch size B (sequences decoded together)", title=f"engine {engine}")
+    axes[0][0].set_ylabel("throughput speedup at the best k")
+    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
     return fig
 
 

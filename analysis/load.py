@@ -117,23 +117,57 @@ def tidy_runs(raw: pd.DataFrame) -> pd.DataFrame:
             out[name] = col
         else:
             out[name] = pd.to_numeric(col, errors="coerce")
+    # an adaptive draft-length policy's trials are cells of their own: draft "<draft>~<policy>"
+    # (e.g. ngram~heuristic), k its cap
+    policy = raw.get("params.policy.name")
+    if policy is not None:
+        adaptive = policy.notna() & (policy != "fixed")
+        out.loc[adaptive, "draft"] = out.loc[adaptive, "draft"] + "~" + policy[adaptive]
     # a tree's trials are cells of their own: draft "<draft>+tree<widths>" (e.g. bigram+tree4-2-2-1),
     # never pooled with the chain's trials of the same draft and k (k is the tree's depth)
     verify, widths = raw.get("params.verify"), raw.get("params.tree_widths")
     if verify is not None and widths is not None:
         tree = (verify == "tree") & widths.notna()
         out.loc[tree, "draft"] = out.loc[tree, "draft"] + "+tree" + widths[tree]
-    # another engine than eager is another regime: draft "<draft>@<engine>" (e.g. ngram@compiled)
+    # another engine than eager, or a batch of several sequences, is another regime: draft
+    # "<draft>@<engine>" (ngram@compiled), "<draft>@B<batch>" (ngram@B16), or both (ngram@compiled@B16)
     engine = raw.get("params.engine.name")
     out["engine"] = engine.fillna("eager") if engine is not None else "eager"
     other = out["engine"] != "eager"
     out.loc[other, "draft"] = out.loc[other, "draft"] + "@" + out.loc[other, "engine"]
+    batch = raw.get("params.batch")
+    out["batch"] = 1 if batch is None else pd.to_numeric(batch, errors="coerce").fillna(1).astype(int)
+    many = out["batch"] > 1
+    out.loc[many, "draft"] = out.loc[many, "draft"] + "@B" + out.loc[many, "batch"].astype(str)
     for name in TAGS:
         col = raw.get(f"tags.{name}")
         out[name] = pd.Series(pd.NA, index=out.index, dtype=object) if col is None else col.astype(object)
     metrics = {c.removeprefix("metrics."): pd.to_numeric(raw[c], errors="coerce")
                for c in raw.columns if c.startswith("metrics.")}
     return pd.concat([out, pd.DataFrame(metrics, index=out.index)], axis=1)
+
+
+@dataclass(frozen=True)
+class Label:
+    """A cell's draft label taken apart: "<draft>[~<policy>][+tree<widths>][@<engine>][@B<batch>]"."""
+    draft: str
+    tree: str        # the widths, "4-2-2-1", or "" for a chain
+    engine: str
+    batch: int
+    policy: str = "fixed"
+
+
+def parse_label(label: str) -> Label:
+    base, *regime = label.split("@")
+    base, _, tree = base.partition("+tree")
+    draft, _, policy = base.partition("~")
+    engine, batch = "eager", 1
+    for part in regime:
+        if re.fullmatch(r"B\d+", part):
+            batch = int(part[1:])
+        else:
+            engine = part
+    return Label(draft, tree, engine, batch, policy or "fixed")
 
 
 def split_unplaced(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -4,6 +4,7 @@
     python -m analysis.predict draft=int8 k=2,4 temperature=0.7 model=tiny data=synthetic
     python -m analysis.predict draft=distilled verify=tree          # the drafts_tree sweep's shapes
     python -m analysis.predict draft=ngram --fit-sweep ID           # with a sweep's fitted loop overheads
+    python -m analysis.predict draft=ngram engine=compiled batch=16 # another engine, a batch of 16 sequences
     python -m analysis.predict --validate --sweep-id ID [--fit-sweep ID --fit-drafts bigram,int8,int4]
 
 Any `KEY=VALUE` is a Hydra override of conf/ (as for `python -m src.run`); `k=` takes a comma list.
@@ -43,6 +44,15 @@ trials, drafts built as the trials built them) and prints, per cell, predicted a
 pooled median over every pair of the cell's seeds, as the report) with APE = |pred - meas| / meas
 (and the predicted chars per pass beside the trials' median),
 then median and max APE for the seed's drafts (bigram, int8, int4) and the new drafts apart.
+
+Under an adaptive draft-length policy (`policy=`, k its cap; `measure_policy`) the chars per pass
+and the drafted-length distribution come from the loop's own counters under the policy, tv is the
+expected verify pass under that distribution and the drafted chars per pass are its mean.
+On another engine (`engine=`) the target and a model draft run on it, as in a trial. At `batch=B`
+(B > 1; `measure_batch`) the chars per pass come from the batch loop's own counters (a sequence's
+chars over the batch's passes: the batch waits for its slowest sequence) and the costs are taken
+at (B, width): the same formula then predicts the throughput speedup. --validate reads each cell's
+engine and batch from its label; other settings of the sweep (batch_prompts, ...) are overrides.
 
 A k the draft or the context window cannot take is left out with a line saying why. Bad input
 (unknown draft, no setting left, a bad k list, no such store or sweep, another target than the
@@ -226,6 +236,10 @@ def measure(cfg, ks: list[int], shapes, seqs: int, every: int, seed: int, loaded
     seq, p = sample_text(model, prompt, seqs, n, seed, T)
     a = mean_overlap(draft, seq, p, T)
     survival, trees, chains = np.zeros(0), {}, {}
+    if first.batch > 1:
+        return measure_batch(chosen, model, draft, corpus, target, seq, a, seqs, seed, rounds, t0)
+    if first.policy.name != "fixed":
+        return measure_policy(chosen, model, draft, target, prompt, seq, a, seqs, seed, rounds, t0)
     if shapes:
         for label, c in chosen.items():
             trees[label] = tree_chars(model, draft, seq, n, c.tree, T, seed, every)
@@ -251,6 +265,80 @@ def measure(cfg, ks: list[int], shapes, seqs: int, every: int, seed: int, loaded
     return Measured(target.key, a, survival, costs, time.perf_counter() - t0)
 
 
+def measure_policy(chosen: dict, model, draft, target, prompt: list[int], seq, a: float, seqs: int, seed: int,
+                   rounds: int, t0: float) -> Measured:
+    """`measure` under an adaptive draft-length policy (k its cap). Chars per pass and the
+    drafted-length distribution: the loop's counters under the policy (seqs generations, seeds
+    seed.., nothing timed). Costs: `measure_cost` with that distribution, so tv is the expected
+    verify pass of the loop's passes; the drafted chars per pass (`nodes`) are their mean. A
+    table draft's per-char time is its cold cost along the sampled text, as for a fixed k."""
+    import time
+    from collections import Counter
+
+    import torch
+    from src.engine.decode import generate_baseline, generate_speculative
+    from src.engine.measure import measure_cost, replay_draft_cost
+    from src.trial.lock import timing_lock
+    from src.trial.policies import build_policy
+    first = next(iter(chosen.values()))
+    T, n = first.temperature, first.n_chars
+    costs, gen = {}, torch.Generator().manual_seed(seed)
+    for label, c in chosen.items():
+        def baseline(c=c):
+            return generate_baseline(model, prompt, n, T, torch.Generator(device=c.device).manual_seed(seed))
+        policy = build_policy(c, model, draft, prompt, target.key, (baseline, n), lambda c=c: timing_lock(c.timing))
+        runs = [generate_speculative(model, draft, prompt, n, c.k, T, torch.Generator(device=c.device).manual_seed(s),
+                                     track_overlap=False, policy=policy) for s in range(seed, seed + seqs)]
+        passes = sum(g.draft_calls for g in runs)
+        lengths = Counter(j for g in runs for j, _ in g.passes_log)
+        shares = {j: m / passes for j, m in sorted(lengths.items())}
+        with timing_lock(c.timing):
+            m = measure_cost(model, draft, prompt, c.k, T, c.timing.cost_reps, c.device, rounds, drafted=shares)
+        m |= {"k": c.k, "nodes": sum(j * share for j, share in shares.items()),
+              "cpp": sum(g.chars_emitted for g in runs) / passes}
+        if hasattr(draft, "clear_memos"):  # rows built on first use: the loop pays the cold cost
+            m["draft_char_us_warm"] = m["draft_char_us"]
+            m["draft_char_us"] = replay_draft_cost(draft, seq, n, m["cpp"],
+                                                   lambda prefix, k=c.k: len(draft.propose(prefix, k, T, gen)[0]))
+        costs[label] = m
+    return Measured(target.key, a, np.zeros(0), costs, time.perf_counter() - t0)
+
+
+def measure_batch(chosen: dict, model, draft, corpus, target, seq, a: float, seqs: int, seed: int, rounds: int,
+                  t0: float) -> Measured:
+    """`measure` at batch B > 1. Chars per pass: the batch loop's counters (seqs batch runs, seeds
+    seed.., nothing timed), each run's mean chars of a sequence over the batch's passes (the batch
+    waits for its slowest sequence, which per-position survival at B = 1 would not show). Costs:
+    `measure_batch_cost` at (B, width); a table draft's per-char time is its cold cost along the
+    sampled text (as at B = 1) times B (one proposal per sequence)."""
+    import time
+
+    import torch
+    from src.engine.batch import generate_speculative_batch, stream_generators
+    from src.engine.measure import measure_batch_cost, replay_draft_cost
+    from src.trial.batched import batch_prompts
+    from src.trial.lock import timing_lock
+    first = next(iter(chosen.values()))
+    T, n, B = first.temperature, first.n_chars, first.batch
+    prompts = batch_prompts(first, corpus, target.tokenizer)
+    cpp = {}
+    for label, c in chosen.items():
+        runs = [generate_speculative_batch(model, draft, prompts, n, c.k, T, stream_generators(s, B, c.device),
+                                           track_overlap=False) for s in range(seed, seed + seqs)]
+        cpp[label] = float(np.mean([np.mean(g.chars) / g.target_passes for g in runs]))
+    costs, gen = {}, torch.Generator().manual_seed(seed)
+    with timing_lock(first.timing):
+        for label, c in chosen.items():
+            m = measure_batch_cost(model, draft, prompts, c.k, T, c.timing.cost_reps, c.device, rounds)
+            m |= {"k": c.k, "nodes": c.k, "cpp": cpp[label]}
+            if hasattr(draft, "clear_memos"):  # rows built on first use: the loop pays the cold cost
+                m["draft_char_us_warm"] = m["draft_char_us"]
+                m["draft_char_us"] = B * replay_draft_cost(
+                    draft, seq, n, m["cpp"], lambda prefix, k=c.k: len(draft.propose(prefix, k, T, gen)[0]))
+            costs[label] = m
+    return Measured(target.key, a, np.zeros(0), costs, time.perf_counter() - t0)
+
+
 def fitted_overheads(uri: str, experiment: str, sweep_id: str, drafts: list[str] | None) -> Overheads:
     """The extended model's o_base, o_pass, gamma fitted on the finished trials of a sweep (those
     of `drafts` only, if given)."""
@@ -272,9 +360,11 @@ def fitted_overheads(uri: str, experiment: str, sweep_id: str, drafts: list[str]
 
 
 # ---- the two commands -------------------------------------------------------------------------
-def print_prediction(name: str, m: Measured, table: pd.DataFrame, o: Overheads, temperature, engine="eager") -> None:
-    print(f"draft {name}  target {m.target_key}  temperature {temperature}  engine {engine}  "
-          f"(measured in {m.seconds:.1f} s)")
+def print_prediction(name: str, m: Measured, table: pd.DataFrame, o: Overheads, temperature, engine="eager",
+                     batch: int = 1) -> None:
+    print(f"draft {name}  target {m.target_key}  temperature {temperature}  engine {engine}"
+          + (f"  batch {batch} (chars per pass: a sequence's chars over the batch's passes)" if batch > 1 else "")
+          + f"  (measured in {m.seconds:.1f} s)")
     print(f"overlap at the first drafted position a = {m.a:.3f}")
     if len(m.survival):
         print("P(drafts 1..i kept) " + " ".join(f"{s:.2f}" for s in m.survival))
@@ -294,7 +384,7 @@ def validate_sweep(args, overrides: list[str], o: Overheads) -> pd.DataFrame:
     from src.trial.spec import trial_spec
     from .aggregate import configured_level, pooled_speedup
     from .cost_models import PAPER_DRAFTS
-    from .load import connect, load_sweep
+    from .load import connect, load_sweep, parse_label
     data = load_sweep(connect(args.uri), args.experiment, args.sweep_id)
     fin = data.finished
     if fin.empty:
@@ -303,11 +393,11 @@ def validate_sweep(args, overrides: list[str], o: Overheads) -> pd.DataFrame:
     common = [f"temperature={fin['temperature'].iloc[0]}", f"n_chars={int(fin['n_chars'].iloc[0])}"]
     loaded, rows = None, []
     for label in sorted(fin["draft"].unique()):
-        base, _, engine = label.partition("@")     # another engine than eager: "<draft>@<engine>"
-        draft, _, shape = base.partition("+tree")
+        cell = parse_label(label)                  # "<draft>[+tree<widths>][@<engine>][@B<batch>]"
+        draft, shape = cell.draft, cell.tree
         g = fin[fin["draft"] == label]
         extra = ["verify=tree", f"verify.widths=[{shape.replace('-', ',')}]"] if shape else []
-        extra += [f"engine={engine}"] if engine else []
+        extra += [f"engine={cell.engine}", f"batch={cell.batch}", f"policy={cell.policy}"]
         cfg = compose([f"draft={draft}", *common, *overrides, *extra])
         loaded = loaded or load_target(trial_spec(cfg).target, progress=False)
         if loaded[1].key != g["target_key"].iloc[0]:
@@ -370,7 +460,7 @@ def run(argv: list[str]) -> None:
     shapes = tree_shapes(cfg, overrides)
     m = measure(cfg, ks or list(DEFAULT_KS), shapes, args.seqs, args.every, args.seed, rounds=args.rounds)
     print_prediction(cfg.draft.name, m, prediction_table(m.survival, m.costs, o, None if shapes else m.a), o,
-                     cfg.temperature, cfg.engine.name)
+                     cfg.temperature, cfg.engine.name, cfg.batch)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -35,6 +35,8 @@ from .export import atomic_folder, markdown, write_figure, write_table
 from .formula import MAP_KS
 from .load import DEFAULT_EXPERIMENT, REPO, SweepData, connect, default_tracking_uri, load_sweep
 from .pays import pays_inputs
+from .policies import drafted_table, policies_table
+from .regimes import batch_table, only_regime, regimes_of, regimes_table, speedup_by_batch, verify_cost_table
 from .tables import (Table, acceptance_table, best_k_table, cost_by_k_table, cost_table, cpu_models,
                      cpu_models_per_cell, exactness_table, fit_table, model_errors_table, outliers_table,
                      position_table, predictions_table, speedup_table, status_table)
@@ -83,6 +85,8 @@ def build_report(data: SweepData, boots: int = BOOTSTRAP) -> Report:
               optional(fit_table, models),
               optional(outliers_table, models),
               optional(best_k_table, cells),
+              optional(policies_table, cells),
+              optional(drafted_table, finished),
               optional(exactness_table, finished)]
     return Report(data, status, cells, models, [t for t in tables if t is not None])
 
@@ -176,38 +180,6 @@ def write_files(report: Report, text: str, out_dir: Path) -> None:
         figures.plt.close(fig)
 
 
-def engines_of(data: SweepData) -> list[str]:
-    """The engines the sweep's finished trials ran on (eager for trials from before the engine axis)."""
-    fin = data.finished
-    return sorted(fin["engine"].dropna().unique()) if "engine" in fin.columns and len(fin) else ["eager"]
-
-
-def only_engine(data: SweepData, engine: str) -> SweepData:
-    """The sweep's trials (and their pairs) that ran on `engine`."""
-    trials = data.trials[data.trials["engine"] == engine].reset_index(drop=True)
-    pairs = data.pairs[data.pairs["run_id"].isin(trials["run_id"])].reset_index(drop=True)
-    return SweepData(data.sweep, trials, data.unplaced, pairs)
-
-
-def regimes_table(reports: dict[str, Report]) -> Table:
-    """Per draft and engine, the best measured k with its pooled interval, and whether it pays
-    (the interval above 1), does not (below 1) or is not demonstrated (it straddles 1)."""
-    rows = []
-    for engine, report in reports.items():
-        cells = report.cells.dropna(subset=["measured"])
-        for draft, g in cells.groupby(cells["draft"].str.split("@").str[0], sort=True):
-            best = g.loc[g["measured"].idxmax()]
-            verdict = "pays" if best["lo"] > 1 else "slower" if best["hi"] < 1 else "not demonstrated"
-            rows.append({"draft": draft, "engine": engine, "best k": int(best["k"]), "speedup": best["measured"],
-                         "lo": best["lo"], "hi": best["hi"], "verdict": verdict})
-    df = pd.DataFrame(rows, columns=["draft", "engine", "best k", "speedup", "lo", "hi", "verdict"])
-    return Table("regimes", "The answer per engine: each draft at its best measured k", df,
-                 {"speedup": ".2f", "lo": ".2f", "hi": ".2f"},
-                 "Each engine's cells analysed on their own (one report per engine, in its folder: its cost model "
-                 "and verify-cost line fitted on that engine's trials alone); speedup: the pooled median over "
-                 "all pairs of the cell's seeds, lo-hi its interval at the trials' confidence.")
-
-
 def default_out(sweep_id: str) -> Path:
     return REPO / "results" / re.sub(r"[^\w.-]", "_", sweep_id)  # a sweep id is not trusted as a path
 
@@ -233,26 +205,33 @@ def run(args: argparse.Namespace) -> Path:
     client = connect(uri)
     data = load_sweep(client, args.experiment, args.sweep_id)
     out_dir = args.out or default_out(data.sweep.sweep_id)
-    engines = engines_of(data)
-    if len(engines) == 1:
+    regimes = regimes_of(data)
+    if len(regimes) == 1:
         report = build_report(data, args.bootstrap)
         text = render(report, uri, args.experiment)
         print(text)
         write_outputs(report, text, out_dir)
-    else:  # one report per engine (its own fits), in its own folder, and the answer per regime on top
-        reports = {e: build_report(only_engine(data, e), args.bootstrap) for e in engines}
-        texts = {e: render(r, uri, args.experiment) for e, r in reports.items()}
-        regimes = regimes_table(reports)
-        top = (f"# Sweep {data.sweep.name or data.sweep.sweep_id} ({data.sweep.sweep_id}): {len(engines)} engines\n\n"
-               + markdown(regimes) + "\n\nEach engine's own report: " + ", ".join(f"{e}/report.md" for e in engines)
-               + "\n")
-        print(top + "".join(f"\n## Engine {e}\n\n{t}" for e, t in texts.items()))
+    else:  # one report per regime (its own fits), in its own folder, and the answer per regime on top
+        reports = {r: build_report(only_regime(data, r), args.bootstrap) for r in regimes}
+        texts = {r: render(rep, uri, args.experiment) for r, rep in reports.items()}
+        answer = regimes_table({r: rep.cells for r, rep in reports.items()})
+        tables = [t for t in (answer, batch_table(answer.df), verify_cost_table(data.finished)) if t is not None]
+        top = (f"# Sweep {data.sweep.name or data.sweep.sweep_id} ({data.sweep.sweep_id}): {len(regimes)} regimes "
+               f"(engine, batch)\n\n" + "\n".join(markdown(t) for t in tables)
+               + "\n\nEach regime's own report: " + ", ".join(f"{r.name}/report.md" for r in regimes) + "\n")
+        print(top + "".join(f"\n## Regime {r.name}\n\n{texts[r]}" for r in regimes))
         with atomic_folder(out_dir) as tmp:
-            write_table(regimes, tmp)
+            for t in tables:
+                write_table(t, tmp)
             write_text(tmp / "report.md", top)
-            for e, r in reports.items():
-                (tmp / e).mkdir()
-                write_files(r, texts[e], tmp / e)
+            by_batch = speedup_by_batch(answer.df)
+            if not by_batch.empty:
+                fig = figures.speedup_vs_batch(by_batch)
+                write_figure(fig, tmp, "speedup_vs_batch")
+                figures.plt.close(fig)
+            for r, rep in reports.items():
+                (tmp / r.name).mkdir()
+                write_files(rep, texts[r], tmp / r.name)
     log.info("wrote %s", out_dir)
     if not args.no_log_artifacts:
         try:

@@ -19,6 +19,8 @@ acceptance on it, or the speculative loop's own passes (counters only).
   after a full accept's bonus char. On the medium target the uniform prefixes overstated the
   chars per pass by 2-7% (ngram k=8: 5.03 against 4.68 at the loop's own pass starts and 4.85
   counted over the same 669 passes).
+- `acceptance_map`: the draft-length policy `cost`'s estimate of a drafted char's acceptance from
+  the draft's own q(d) (src/engine/policy.py), calibrated on that text.
 - `tree_chars`: the same for a tree of drafts (src/engine/tree.py): trees drawn at prefixes of that
   text, each verified in one target pass, and `expected_accepted` (the mean accepted path length
   of recursive rejection sampling over one drawn tree, exact given the tree).
@@ -28,6 +30,7 @@ from __future__ import annotations
 import torch
 
 from .decode import generate_speculative, prefill
+from .policy import AcceptanceMap
 from .sampling import overlap, probs_from_logits, residual_weights, survival
 from .tree import TreeMasks, build_tree, max_nodes, tree_verify
 
@@ -51,6 +54,26 @@ def sample_text(model, prompt: list[int], n_seqs: int, n_chars: int, seed: int, 
             seq = torch.cat([seq, torch.multinomial(p, 1, generator=gen)], 1)
             ps.append(p)
     return seq, torch.stack(ps, 1)
+
+
+@torch.no_grad()
+def acceptance_map(target, draft, prompt: list[int], temperature: float, n_seqs: int, n_chars: int, seed: int,
+                   bins: int) -> AcceptanceMap:
+    """a(q): the mean acceptance min(1, p(d) / q(d)) of a char d the draft draws, given its own
+    probability q(d), in `bins` quantile bins of q(d). Calibrated on `n_seqs` sequences of
+    `n_chars` sampled from the target (`sample_text`, seed `seed`): at each position the draft's
+    row q after the sampled prefix (`probs`), one char d ~ q (seed + 1), and p the target's row
+    there. A bin no draw fell in (tied edges) takes the mean over all draws."""
+    seq, p = sample_text(target, prompt, n_seqs, n_chars, seed, temperature)        # (B, P + n), (B, n, V)
+    P = seq.shape[1] - n_chars
+    q = draft.probs(seq, temperature)[:, P - 1:P - 1 + n_chars].reshape(-1, p.shape[-1]).double()  # (B n, V)
+    d = torch.multinomial(q, 1, generator=torch.Generator().manual_seed(seed + 1))   # (B n, 1)
+    qd = q.gather(-1, d)[:, 0]                                                       # (B n,)
+    r = (p.reshape(-1, p.shape[-1]).double().gather(-1, d)[:, 0] / qd).clamp(max=1.0)
+    edges = torch.unique(torch.quantile(qd, torch.arange(1, bins, dtype=torch.float64) / bins))   # ascending
+    which = torch.bucketize(qd, edges, right=True)          # bin i: edges[i-1] <= q(d) < edges[i], as bisect_right
+    values = [float(r[which == i].mean()) if (which == i).any() else float(r.mean()) for i in range(len(edges) + 1)]
+    return AcceptanceMap(tuple(edges.tolist()), tuple(values))
 
 
 @torch.no_grad()

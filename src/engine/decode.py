@@ -13,6 +13,7 @@ import torch
 
 from .drafts.base import Draft
 from .model import Transformer
+from .policy import Policy
 from .sampling import UniformBuffer, overlap, probs_from_logits, sample, speculative_accept, survival
 
 
@@ -26,6 +27,8 @@ class Generation:
     tested: int = 0            # drafted chars whose acceptance test ran (up to the first rejection)
     draft_calls: int = 0
     accepted_at: list[int] = field(default_factory=list)  # [i]: passes whose draft i+1 was accepted
+    drafted_at: list[int] = field(default_factory=list)   # [i]: passes that drafted i+1 chars or more
+    passes_log: list[tuple[int, int]] = field(default_factory=list)  # per pass: (chars drafted, kept)
     overlap_sum: float = 0.0   # sum over tested positions of sum_x min(p, q)
     survival_sum: list[float] = field(default_factory=list)  # [i]: sum over passes of S_{i+1} of the
                                # pass's drawn chain (sampling.survival; chains, with track_survival)
@@ -128,13 +131,15 @@ def generate_baseline(target: Transformer, prompt, n_chars: int, temperature: fl
 @torch.no_grad()
 def generate_speculative(target: Transformer, draft: Draft, prompt, n_chars: int, k: int,
                          temperature: float, gen: torch.Generator, track_overlap: bool = True,
-                         track_survival: bool = False) -> Generation:
+                         track_survival: bool = False, policy: Policy | None = None) -> Generation:
     """Speculative sampling until n_chars are emitted; the output is truncated to n_chars.
 
     track_overlap: also sum the analytic acceptance sum_x min(p, q) over tested positions (a
     counter; timed runs switch it off so they do only what a decoder does).
     track_survival: also sum per position i the survival S_i of each pass's drawn chain
     (sampling.survival; acceptance.loop_survival's counter, about 0.1 ms a pass, so off by default).
+    policy: the draft-length policy (src/engine/policy.py); None drafts k chars every pass. With
+    an adaptive one, k is the cap and each pass's verify is as wide as its drafts plus one.
     """
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
@@ -147,41 +152,50 @@ def generate_speculative(target: Transformer, draft: Draft, prompt, n_chars: int
     else:
         positions = prefill(target, seq)
     draft.reset()
-    inputs = PassInputs(positions, k + 1)
+    policy = policy or Policy()   # fixed: k chars every pass
+    policy.reset(k)
+    inputs = {k: PassInputs(positions, k + 1)}   # per width drafted: a policy's passes vary
     u = UniformBuffer(gen)  # the acceptance tests' uniforms; the draft draws from gen itself
     g = Generation([], 0, accepted_at=[0] * k, survival_sum=[0.0] * k)
     if hidden:
         g.target_passes += observe_prompt(target, draft, seq, positions, h, temperature, gen)
-    passes = accepted = tested = 0  # counters in locals inside the loop: it is timed
-    accepted_at = g.accepted_at
+    passes = accepted = tested = proposed = 0  # counters in locals inside the loop: it is timed
+    accepted_at, log = g.accepted_at, g.passes_log
     while len(seq) - P < n_chars:
         L = len(seq)
-        drafts, q = draft.propose(seq, k, temperature, gen)                 # k ids, (k, V)
-        x, pos = inputs([seq[-1]] + drafts, L - 1)                         # (1, k+1), (k+1,)
+        stop = policy.stopper()   # None: the pass drafts policy.length() chars, the interface without stop
+        drafts, q = (draft.propose(seq, policy.length(), temperature, gen) if stop is None else
+                     draft.propose(seq, policy.length(), temperature, gen, stop=stop))      # j <= k ids, (j, V)
+        j = len(drafts)
+        x, pos = (inputs.get(j) or inputs.setdefault(j, PassInputs(positions, j + 1)))([seq[-1]] + drafts, L - 1)
         if hidden:
-            logits, h = target(x, pos, return_hidden=True)                  # (1, k+1, V), (1, k+1, d)
+            logits, h = target(x, pos, return_hidden=True)                  # (1, j+1, V), (1, j+1, d)
         else:
-            logits = target(x, pos)                                         # (1, k+1, V)
-        p = probs_from_logits(logits, temperature).tolist()[0]             # k+1 rows of V floats
+            logits = target(x, pos)                                         # (1, j+1, V)
+        p = probs_from_logits(logits, temperature).tolist()[0]             # j+1 rows of V floats
         n, nxt = speculative_accept(p, q, drafts, u)
         seq += drafts[:n]
         seq.append(nxt)
         draft.rewind(L + n)
         if hidden:  # nxt came from the distribution at verify row n (input position L-1+n)
             draft.observe(h[0, n], nxt)
+        policy.update(j, n)
         passes += 1
         accepted += n
-        t = min(n + 1, k)  # positions whose acceptance test ran (up to the first rejection)
+        proposed += j
+        t = min(n + 1, j)  # positions whose acceptance test ran (up to the first rejection)
         tested += t
+        log.append((j, n))
         for i in range(n):
             accepted_at[i] += 1
         if track_overlap:
             g.overlap_sum += float(overlap(torch.tensor(p[:t]), _rows_tensor(q, t)).sum())
         if track_survival:
-            s = survival(torch.tensor(p[:k])[None], _rows_tensor(q, k)[None], torch.tensor([drafts]))  # (k,)
-            g.survival_sum = [a + b for a, b in zip(g.survival_sum, s.tolist())]
+            s = survival(torch.tensor(p[:j])[None], _rows_tensor(q, j)[None], torch.tensor([drafts]))  # (j,)
+            g.survival_sum = [a + b for a, b in zip(g.survival_sum, s.tolist() + [0.0] * (k - j))]
     g.target_passes += passes
-    g.draft_calls, g.proposed, g.accepted, g.tested = passes, passes * k, accepted, tested
+    g.draft_calls, g.proposed, g.accepted, g.tested = passes, proposed, accepted, tested
+    g.drafted_at = [sum(j > i for j, _ in log) for i in range(k)]   # after the timed loop: from its log
     g.chars_emitted = len(seq) - P
     g.tokens = seq[P:P + n_chars]
     return g

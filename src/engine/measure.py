@@ -48,7 +48,8 @@ def pass_per_reference(per_call: dict[str, list[float]], loops: dict) -> list[fl
 @torch.no_grad()
 def measure_cost(target, draft: Draft, prompt: list[int], k: int, temperature: float, reps: int, device: str,
                  rounds: int = 7, tree_widths=None, loops=None, width: float | None = None, level: float = 0.95,
-                 max_rounds: int | None = None, max_seconds: float | None = None) -> dict:
+                 max_rounds: int | None = None, max_seconds: float | None = None,
+                 drafted: dict[int, float] | None = None) -> dict:
     """Component times in microseconds: one 1-char target pass, one (k+1)-char verify pass, and
     the draft's time per drafted char (a whole k-char proposal, its Python loop included,
     divided by k). The three are timed in `rounds` interleaved rounds (a block of `reps` calls
@@ -72,7 +73,12 @@ def measure_cost(target, draft: Draft, prompt: list[int], k: int, temperature: f
     Logged: `cost_rounds`, `cost_pass_width` (that interval's relative width) and, when adaptive,
     `cost_width_reached` (1 when it stopped on the width, 0 on a cap).
     A draft on the target's hidden state (heads) observes the prefill's last row first, so its
-    proposal is the heads' forward and k draws, as in the loop."""
+    proposal is the heads' forward and k draws, as in the loop.
+    drafted: for a draft-length policy whose passes vary (src/engine/policy.py), the share of
+    passes that drafted j chars, per j: a verify pass of each width j+1 is timed in the rounds
+    (`verify_us_width_<j+1>`), and `verify_pass_us` is their mean under those shares, the verify
+    cost of the loop's average pass; the draft is timed at k chars a proposal (per char, as a
+    pass of any length pays it)."""
     if tree_widths is not None:
         return tree_cost(target, draft, prompt, tree_widths, temperature, reps, device, rounds)
     gen = torch.Generator(device=device).manual_seed(0)
@@ -88,24 +94,39 @@ def measure_cost(target, draft: Draft, prompt: list[int], k: int, temperature: f
     else:
         positions = prefill(target, prompt)
     blocks = {"target": (lambda: target(one, positions[P - 1:P]), reps),
-              "verify": (lambda: target(many, positions[P - 1:P + k]), reps),
               "draft": (proposal(draft, prompt, k, temperature, gen), max(1, reps // k))}
+    if drafted:
+        for j in drafted:
+            ids = torch.tensor([prompt[-1:] * (j + 1)], device=device)              # (1, j+1)
+            blocks[f"verify {j + 1}"] = (lambda ids=ids, j=j: target(ids, positions[P - 1:P + j]), reps)
+    else:
+        blocks["verify"] = (lambda: target(many, positions[P - 1:P + k]), reps)
     # a loop's prefill rewrites the target's cache with the same prompt keys, and the other
     # blocks' passes cost the same whatever the slots beyond it hold
-    return component_times(blocks, k, loops or {}, rounds, width, level, max_rounds, max_seconds, device)
+    return component_times(blocks, k, loops or {}, rounds, width, level, max_rounds, max_seconds, device, drafted)
 
 
 def component_times(blocks: dict, k: int, loops: dict, rounds: int, width: float | None, level: float,
-                    max_rounds: int | None, max_seconds: float | None, device: str) -> dict:
+                    max_rounds: int | None, max_seconds: float | None, device: str,
+                    drafted: dict[int, float] | None = None) -> dict:
     """measure_cost's rounds and statistics over its timed blocks: "target" (a 1-char pass),
-    "verify" (a (k+1)-char pass), "draft" (one k-char proposal) and one "<name> loop" per loop."""
+    "verify" (a (k+1)-char pass; with `drafted`, "verify <w>" per width w instead, mixed per round
+    by the shares of passes drafting w-1 chars), "draft" (one k-char proposal) and one "<name> loop"
+    per loop."""
     blocks = blocks | {f"{name} loop": (run, 1) for name, (run, _) in loops.items()}
     adaptive = bool(width)
 
+    def mixed(per_call):   # the verify pass of the loop's average pass, per round
+        if drafted:
+            per_call = per_call | {"verify": [sum(share * per_call[f"verify {j + 1}"][r] for j, share in drafted.items())
+                                              for r in range(len(per_call["target"]))]}
+        return per_call
+
     def pass_width(per_call):
-        return relative_width(pass_per_reference(per_call, loops), level)
+        return relative_width(pass_per_reference(mixed(per_call), loops), level)
     per_round, stop = adaptive_rounds(blocks, rounds, (lambda pc: pass_width(pc) <= width) if adaptive else None,
                                       max_rounds, max_seconds, device)
+    per_round = mixed(per_round)
     stats = {"cost_rounds": len(per_round["target"])}
     if math.isfinite(w := pass_width(per_round)):  # too few rounds to say: not logged
         stats["cost_pass_width"] = w
@@ -118,9 +139,11 @@ def component_times(blocks: dict, k: int, loops: dict, rounds: int, width: float
     out = {"target_pass_us": t["target"] * 1e6, "verify_pass_us": t["verify"] * 1e6,
            "draft_char_us": t["draft"] * 1e6, "c": t["draft"] / t["target"]}
     out |= {f"{name}_pass_us": t[name] * 1e6 for name in loops}
+    out |= {f"verify_us_width_{j + 1}": t[f"verify {j + 1}"] * 1e6 for j in drafted or {}}
     out |= stats
     if "base" in loops:  # every other component in units of the baseline loop's pass, within each round
-        out |= {f"{name}_per_base": round_ratio(x, per_round["base"]) for name, x in per_round.items() if name != "base"}
+        out |= {f"{name}_per_base": round_ratio(x, per_round["base"]) for name, x in per_round.items()
+                if name != "base" and not name.startswith("verify ")}
     return out
 
 
@@ -153,6 +176,19 @@ def measure_batch_cost(target, draft: Draft, prompts: list[list[int]], k: int, t
               "verify": (lambda: target(many, at), reps),
               "draft": (propose_k, max(1, reps // k))}
     return component_times(blocks, k, {}, rounds, width, level, max_rounds, max_seconds, device)
+
+
+@torch.no_grad()
+def cost_profile(target, draft: Draft, prompt: list[int], k: int, temperature: float, reps: int, device: str,
+                 rounds: int, baseline) -> dict:
+    """The draft-length policy `cost`'s costs, in units of a one-char target pass t1, from one
+    measure_cost at k (fixed rounds; `baseline`: (run, chars) of the baseline loop, timed with the
+    components): c = td / t1, b = (tv(k+1) / t1 - 1) / k the verify pass's marginal cost per char,
+    o = the baseline loop's pass / t1 - 1 the loop's own work per pass (b, o floored at 0)."""
+    m = measure_cost(target, draft, prompt, k, temperature, reps, device, rounds, loops={"base": baseline})
+    t1 = m["target_pass_us"]
+    return {"c": m["draft_char_us"] / t1, "b": max(0.0, (m["verify_pass_us"] / t1 - 1) / k),
+            "o": max(0.0, m["base_pass_us"] / t1 - 1)}
 
 
 @torch.no_grad()

@@ -40,8 +40,9 @@ class ProposalRecorder(Draft):
         self.proposals = []
         self.draft.reset()
 
-    def propose(self, seq, k, temperature, gen):
-        drafts, q = self.draft.propose(seq, k, temperature, gen)
+    def propose(self, seq, k, temperature, gen, stop=None):
+        drafts, q = (self.draft.propose(seq, k, temperature, gen) if stop is None else
+                     self.draft.propose(seq, k, temperature, gen, stop=stop))
         self.proposals.append((list(drafts), q, gen.get_state()))
         return drafts, q
 
@@ -68,8 +69,11 @@ class ReplayDraft(Draft):
     def reset(self) -> None:
         self.next = 0
 
-    def propose(self, seq, k, temperature, gen):
-        if self.next >= len(self.proposals) or len(self.proposals[self.next][0]) != k:
+    def propose(self, seq, k, temperature, gen, stop=None):
+        """The next recorded proposal (a policy's stop was applied when it was recorded: `stop`,
+        which would now be fed the same chars, is not called again)."""
+        n = len(self.proposals[self.next][0]) if self.next < len(self.proposals) else None
+        if n is None or n > k or (stop is None and n != k):
             raise RuntimeError("the replayed run diverged from the recorded one")
         drafts, q, state = self.proposals[self.next]
         self.next += 1

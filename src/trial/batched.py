@@ -81,7 +81,7 @@ def batch_measurements(spec: TrialSpec, model, draft, prompts: list[list[int]], 
     g = speculate()
     metrics = batch_counters(g, k, n)
     t = spec.timing
-    with timed_phase:
+    with timed_phase():
         metrics.update(measure_batch_cost(model, draft, prompts, k, T, t.cost_reps, device, **t.cost_options))
         timing = paired_timing(baseline, lambda: speculate(track_overlap=False), t.pairs, device, **t.pair_options)
     metrics.update(timing.summary())

@@ -32,7 +32,8 @@ def trial_block(spec: TrialSpec, r: TrialResult) -> str:
     lines = [
         f"draft {r.info['draft']}  k={k}  seed={spec.seed}  n_chars={spec.n_chars}  temperature={spec.temperature}"
         f"  verify={r.info.get('verify', 'chain')}  engine={r.info.get('engine', 'eager')}"
-        + (f"  batch={spec.batch} ({spec.batch_prompts} prompts)" if spec.batch > 1 else ""),
+        + (f"  batch={spec.batch} ({spec.batch_prompts} prompts)" if spec.batch > 1 else "")
+        + (f"  policy={spec.policy.name} (k is the cap)" if spec.policy.name != "fixed" else ""),
         f"target {r.info['target_key']}: {r.info['target_params']} params, val loss {r.info['target_val_loss']:.4f} nats/char",
         f"acceptance        {m['acceptance']:.3f}  (per tested position {m['position_acceptance']:.3f}, "
         f"analytic {m['analytic_acceptance']:.3f})",
@@ -46,6 +47,9 @@ def trial_block(spec: TrialSpec, r: TrialResult) -> str:
         f"predicted         {m['predicted_speedup']:.2f}x  = chars per pass / (1 + "
         + (f"{m['nodes_per_pass']:.1f} nodes per pass x c)" if tree else "k c)"),
     ]
+    if "drafted_mean" in m:  # an adaptive policy: how long its passes were
+        dist = " ".join(f"{m[f'drafted_len_{j}']:.2f}" for j in range(1, k + 1))
+        lines.insert(4, f"drafted per pass  {m['drafted_mean']:.2f} mean; share of passes drafting 1..{k}: {dist}")
     if "seq_chars_per_pass" in m:  # a batch: each sequence's own rate beside the batch's, and throughput
         lines.insert(5, f"sequences         {spec.batch}: own chars per pass {m['seq_chars_per_pass']:.2f} mean "
                         f"[{m['seq_chars_per_pass_min']:.2f}-{m['seq_chars_per_pass_max']:.2f}], {m['seq_passes_mean']:.1f} "

@@ -74,6 +74,15 @@ class EngineSpec:
 
 
 @dataclass(frozen=True)
+class PolicySpec:
+    name: str                    # fixed | heuristic | confidence | cost (src/engine/policy.py)
+    options: dict                # its conf/policy options
+
+
+FIXED_POLICY = PolicySpec("fixed", {})
+
+
+@dataclass(frozen=True)
 class TrialSpec:
     target: TargetSpec
     draft: DraftSpec
@@ -90,14 +99,16 @@ class TrialSpec:
     exactness_samples: int | None  # the seed's first-char TVD check: its samples, None when off
     batch: int = 1               # sequences decoded together (src/engine/batch.py); 1: one sequence
     batch_prompts: str = "same"  # same: every sequence from `prompt`; validation: windows of the validation split
+    policy: PolicySpec = FIXED_POLICY  # the draft-length policy; k is its cap
 
     @property
     def label(self) -> str:
         """The cell as a run is named: <draft>-k<k>-s<seed>, a tree's <draft>-tree<widths>-s<seed>,
-        a batch's <draft>-k<k>-b<B>-s<seed>."""
+        a batch's <draft>-k<k>-b<B>-s<seed>, an adaptive policy's <draft>-<policy>-k<cap>-s<seed>."""
         shape = f"tree{tree_label(self.tree)}" if self.tree else f"k{self.k}"
         batch = f"-b{self.batch}" if self.batch > 1 else ""
-        return f"{self.draft.name}-{shape}{batch}-s{self.seed}"
+        policy = f"-{self.policy.name}" if self.policy.name != "fixed" else ""
+        return f"{self.draft.name}{policy}-{shape}{batch}-s{self.seed}"
 
     @property
     def drafted_per_pass(self) -> int:
@@ -352,13 +363,48 @@ def trial_spec(config) -> TrialSpec:
     draft = draft_spec(c.sub("draft").node, config)
     check_draft(draft, target, k, need)
     batch, batch_prompts = batch_settings(c, tree, engine, draft)
+    policy = policy_spec(c.sub("policy").node, tree, batch)
     e = _Reader(config).sub("exactness")
     samples = integer("exactness.samples", e["samples"], 1)
     return TrialSpec(target=target, draft=draft, k=k, tree=tree, seed=integer("seed", c["seed"], 0), n_chars=n_chars,
                      temperature=temperature, prompt=prompt, threads=integer("threads", c["threads"], 1),
                      device=device, timing=timing_spec(c.sub("timing").node), engine=engine,
                      exactness_samples=samples if boolean("exactness.enabled", e["enabled"]) else None,
-                     batch=batch, batch_prompts=batch_prompts)
+                     batch=batch, batch_prompts=batch_prompts, policy=policy)
+
+
+POLICY_OPTIONS = {"fixed": (), "heuristic": ("start",), "confidence": ("threshold",),
+                  "cost": ("bins", "calibration_seqs", "calibration_chars", "calibration_seed", "profile_rounds")}
+
+
+def policy_spec(node, tree, batch: int) -> PolicySpec:
+    """The draft-length policy of conf/policy/, its options checked; an adaptive policy drafts a
+    chain of one sequence (refused with a tree or a batch in one line)."""
+    from ..engine.policy import ConfidencePolicy, HeuristicPolicy
+    p = _Reader(node, "policy.")
+    name = p["name"]
+    if name not in POLICY_OPTIONS:
+        raise SpecsweepError(f"unknown policy {name!r} (available: {', '.join(POLICY_OPTIONS)})")
+    options = {key: plain(p[key]) for key in POLICY_OPTIONS[name]}
+    extra = sorted(set(node) - set(POLICY_OPTIONS[name]) - {"name"})
+    if extra:
+        raise SpecsweepError(f"policy {name} has unknown keys: {', '.join(extra)}")
+    try:
+        if name == "heuristic" and options["start"] is not None:
+            HeuristicPolicy(options["start"])
+        if name == "confidence":
+            ConfidencePolicy(options["threshold"])
+    except ValueError as e:
+        raise SpecsweepError(str(e)) from None
+    if name == "cost":
+        for key in ("bins", "calibration_seqs", "calibration_chars", "profile_rounds"):
+            integer(f"policy.{key}", options[key], 1)
+        integer("policy.calibration_seed", options["calibration_seed"], 0)
+    if name != "fixed" and tree is not None:
+        raise SpecsweepError(f"policy={name} drafts chains: use verify=chain (a tree's shape is fixed)")
+    if name != "fixed" and batch > 1:
+        raise SpecsweepError(f"policy={name} drafts one sequence: use batch=1 (a batch drafts k chars a pass)")
+    return PolicySpec(name, options)
 
 
 BATCH_PROMPTS = ("same", "validation")

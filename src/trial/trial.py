@@ -8,6 +8,7 @@ default, the targets a sweep's parent published in a sweep's worker.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from dataclasses import dataclass, field
 
 import torch
@@ -19,6 +20,7 @@ from ..engine.replay import ProposalRecorder, ReplayDraft
 from ..engine.timing import PairedTiming, paired_timing
 from ..engine.tree import generate_tree, max_nodes
 from .batched import batch_measurements, batch_prompts, sequence_rows
+from .policies import build_policy
 from .checks import check_inputs
 from .load import TargetSource, build_draft, draft_model_key, load_target
 from .lock import timing_lock
@@ -60,9 +62,9 @@ def run_trial(spec: TrialSpec, source: TargetSource | None = None, progress: boo
               loaded=None, lock=None) -> TrialResult:
     """source: where the corpus and the trained targets come from (default: the local cache).
     loaded: (corpus, TrainedTarget) if the caller has them already.
-    lock: a context manager held around the timed phase (cost and paired timing), so parallel
-    workers time one at a time while their deterministic work runs in parallel (default: the
-    host's timing lock, `spec.timing.lock`)."""
+    lock: a context manager held around each timed phase (cost and paired timing; the cost
+    policy's profile), so parallel workers time one at a time while their deterministic work runs
+    in parallel (default: the host's timing lock, `spec.timing.lock`); it must be reusable."""
     torch.set_num_threads(spec.threads)  # every job: loky reuses worker processes
     device = spec.device
     if loaded is None:
@@ -75,7 +77,9 @@ def run_trial(spec: TrialSpec, source: TargetSource | None = None, progress: boo
     model = engine.wrap(target.model)
     engine.wrap_draft(draft)
     prompt = target.tokenizer.encode(spec.prompt).tolist()
-    timed_phase = lock if lock is not None else timing_lock(spec.timing)
+
+    def timed_phase():
+        return lock if lock is not None else timing_lock(spec.timing)
     sequences = []
     if spec.batch > 1:
         prompts = batch_prompts(spec, corpus, target.tokenizer)
@@ -83,7 +87,7 @@ def run_trial(spec: TrialSpec, source: TargetSource | None = None, progress: boo
         text = target.tokenizer.decode(g.tokens[0])
         sequences = sequence_rows(g, prompts, target.tokenizer.decode)
     else:
-        metrics, timing, tokens = sequence_measurements(spec, model, draft, prompt, timed_phase)
+        metrics, timing, tokens = sequence_measurements(spec, model, draft, prompt, timed_phase, target.key)
         text = target.tokenizer.decode(tokens)
     # loop overhead left after the measured components, per pass (used by the cost models)
     passes = metrics["target_passes"]
@@ -106,23 +110,39 @@ def run_trial(spec: TrialSpec, source: TargetSource | None = None, progress: boo
     return TrialResult(metrics, timing, text, info, sequences)
 
 
-def sequence_measurements(spec: TrialSpec, model, draft, prompt: list[int], timed_phase):
-    """One sequence (batch 1): the counters of the trial's loop (chain or tree), its component
-    costs and paired timing. Returns (metrics, PairedTiming, the counter run's chars)."""
+def policy_counters(g, k: int) -> dict:
+    """An adaptive policy's counters: the drafted length's mean and distribution (share of passes
+    drafting j chars), and per position i the acceptance among the passes that drafted char i."""
+    passes = g.draft_calls
+    lengths = Counter(j for j, _ in g.passes_log)
+    m = {"drafted_mean": g.proposed / passes}
+    m |= {f"drafted_len_{j}": lengths.get(j, 0) / passes for j in range(1, k + 1)}
+    m |= {f"acceptance_given_drafted_{i}": a / d for i, (a, d) in enumerate(zip(g.accepted_at, g.drafted_at), start=1)
+          if d}
+    return m
+
+
+def sequence_measurements(spec: TrialSpec, model, draft, prompt: list[int], timed_phase, target_key: str):
+    """One sequence (batch 1): the counters of the trial's loop (chain or tree, its draft-length
+    policy), its component costs and paired timing. timed_phase() gives the lock held around each
+    timed phase. Returns (metrics, PairedTiming, the counter run's chars)."""
     device, k, n, T = spec.device, spec.k, spec.n_chars, spec.temperature
     widths = spec.tree
 
     def new_gen():
         return torch.Generator(device=device).manual_seed(spec.seed)
 
+    def baseline():
+        return generate_baseline(model, prompt, n, T, new_gen())
+
+    policy = build_policy(spec, model, draft, prompt, target_key, (baseline, n), timed_phase)
+
     def speculate(track_overlap=True, with_draft=draft):
         """One run of the trial's loop from its seed (with_draft: the draft, or a stand-in for it)."""
         if widths is None:
-            return generate_speculative(model, with_draft, prompt, n, k, T, new_gen(), track_overlap=track_overlap)
+            return generate_speculative(model, with_draft, prompt, n, k, T, new_gen(), track_overlap=track_overlap,
+                                        policy=policy)
         return generate_tree(model, with_draft, prompt, n, widths, T, new_gen(), track_overlap=track_overlap)
-
-    def baseline():
-        return generate_baseline(model, prompt, n, T, new_gen())
 
     # deterministic counters: exact given the seed; a chain's proposals recorded for the free loop
     recorder = ProposalRecorder(draft) if widths is None and spec.timing.free_loop else None
@@ -143,6 +163,12 @@ def sequence_measurements(spec: TrialSpec, model, draft, prompt: list[int], time
     }
     for i, a in enumerate(g.accepted_at, start=1):
         metrics[f"acceptance_pos_{i}"] = a / g.target_passes   # tree: passes whose path reached depth i
+    drafted = None   # a policy's passes of varying length: their share per length, for the verify cost
+    if spec.policy.name != "fixed":
+        metrics.update(policy_counters(g, k))
+        metrics.update({f"policy_{key}": v for key, v in policy.describe().items()})
+        lengths = Counter(j for j, _ in g.passes_log)
+        drafted = {j: c / g.draft_calls for j, c in sorted(lengths.items())}
     # drafted chars per pass: k for the chain, the tree's nodes (fewer where a draft row has
     # fewer chars with mass than a width) for a tree; the cost model's draft term is this times c
     per_pass = g.proposed / g.target_passes
@@ -150,9 +176,9 @@ def sequence_measurements(spec: TrialSpec, model, draft, prompt: list[int], time
         metrics.update({"tree_depth": len(widths), "tree_nodes": max_nodes(widths), "nodes_per_pass": per_pass})
 
     t = spec.timing
-    with timed_phase:
+    with timed_phase():
         metrics.update(measure_cost(model, draft, prompt, k, T, t.cost_reps, device, tree_widths=widths,
-                                    loops=loops, **t.cost_options))
+                                    loops=loops, drafted=drafted, **t.cost_options))
         timing = paired_timing(baseline, lambda: speculate(track_overlap=False), t.pairs, device, **t.pair_options)
     metrics.update(timing.summary())
     metrics["predicted_speedup"] = metrics["chars_per_pass"] / (1 + per_pass * metrics["c"])

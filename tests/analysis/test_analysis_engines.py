@@ -8,7 +8,8 @@ import pytest
 
 from analysis.cost_models import fit_extended
 from analysis.load import Sweep, SweepData
-from analysis.report import build_report, engines_of, only_engine, regimes_table
+from analysis.regimes import Regime, only_regime, regimes_of, regimes_table
+from analysis.report import build_report
 from tests.analysis import fixtures as fx
 
 EAGER = fx.Truth()                                    # a verify pass nearly free: b = 0.05
@@ -33,9 +34,9 @@ def two_engines() -> SweepData:
 
 def test_each_engine_gets_its_own_fit():
     data = two_engines()
-    assert engines_of(data) == ["eager", "onnx"]
+    assert regimes_of(data) == [Regime("eager", 1), Regime("onnx", 1)]
     for engine, truth in (("eager", EAGER), ("onnx", FAST)):
-        part = only_engine(data, engine)
+        part = only_regime(data, Regime(engine, 1))
         assert set(part.finished["engine"]) == {engine} and set(part.pairs["run_id"]) <= set(part.trials["run_id"])
         fit = build_report(part, boots=0).models.fit
         assert fit.b == pytest.approx(truth.b, rel=1e-3) and fit.o_base == pytest.approx(truth.o_base, rel=1e-3)
@@ -44,18 +45,18 @@ def test_each_engine_gets_its_own_fit():
         assert own.max() < 0.01   # within the planted pairs' scatter (their ratios' median is not the truth to 1e-3)
     # the negative control: one fit over both regimes mispredicts the fast engine's trials
     joint = fit_extended(data.finished)
-    fast = only_engine(data, "onnx").finished
+    fast = only_regime(data, Regime("onnx", 1)).finished
     assert (joint.predict(fast) / fast["speedup_median"] - 1).abs().max() > 0.05
 
 
 def test_the_regimes_table_has_each_draft_on_each_engine():
     data = two_engines()
-    reports = {e: build_report(only_engine(data, e), boots=0) for e in engines_of(data)}
-    table = regimes_table(reports).df
+    reports = {r: build_report(only_regime(data, r), boots=0) for r in regimes_of(data)}
+    table = regimes_table({r: rep.cells for r, rep in reports.items()}).df
     assert sorted(zip(table["engine"], table["draft"])) == sorted(
         (e, d) for e in ("eager", "onnx") for d in fx.DRAFTS)
     for _, row in table.iterrows():
-        cells = reports[row["engine"]].cells
+        cells = reports[Regime(row["engine"], row["batch"])].cells
         mine = cells[cells["draft"].str.split("@").str[0] == row["draft"]]
         assert row["speedup"] == mine["measured"].max()          # its best measured k
         assert row["verdict"] == ("pays" if row["lo"] > 1 else "slower" if row["hi"] < 1 else "not demonstrated")

@@ -38,7 +38,7 @@ from src.engine.sampling import (UniformBuffer, accept_rows, draw, draw_rows, re
                                  uniforms)
 from tests.chisquare import varying_multinomial_test
 from tests.conftest import compose_cfg, draft_for
-from tests.engine.test_engines import engine
+from tests.engine.test_engines import engine, engine_cache  # noqa: F401  (engine_cache: the session's compile cache)
 from tests.engine.test_exactness import ALPHA
 
 B = 4
@@ -102,9 +102,9 @@ def test_ragged_batch_passes_equal_each_row_alone(tiny):
 
 
 @pytest.mark.slow
-def test_ragged_batch_passes_on_the_compiled_engine(tiny, tmp_path):
+def test_ragged_batch_passes_on_the_compiled_engine(tiny, engine_cache):
     _, _, target = tiny
-    runner = engine("compiled", tmp_path).wrap(target.model)
+    runner = engine("compiled", engine_cache).wrap(target.model)
     prompts = corpus_prompts(tiny)
     assert ragged_passes_match(target.model, runner, prompts, torch.Generator().manual_seed(6)) < 1e-4
     assert not runner.fallback and len(runner.compile_s) >= 2   # the batch's shapes ran compiled
@@ -285,9 +285,9 @@ def test_the_independence_test_catches_a_shared_acceptance_uniform(tiny, monkeyp
 
 @pytest.mark.parametrize("name", ["eager", pytest.param("compiled", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("draft_name", ["bigram", "ngram", "int8"])
-def test_greedy_batch_equals_each_sequence_alone(tiny, tmp_path, name, draft_name):
+def test_greedy_batch_equals_each_sequence_alone(tiny, engine_cache, name, draft_name):
     _, _, target = tiny
-    e = engine(name, tmp_path)
+    e = engine(name, engine_cache)
     runner = e.wrap(target.model)
     draft = batch_draft(tiny, draft_name)
     e.wrap_draft(draft)

@@ -44,13 +44,16 @@ class Draft:
     def reset(self) -> None:
         """Forget any state: a new sequence starts."""
 
-    def propose(self, seq: list[int], k: int, temperature: float,
-                gen: torch.Generator) -> tuple[list[int], torch.Tensor | list[list[float]]]:
+    def propose(self, seq: list[int], k: int, temperature: float, gen: torch.Generator,
+                stop=None) -> tuple[list[int], torch.Tensor | list[list[float]]]:
         """Draft k chars after the committed chars `seq`.
 
         Returns (drafts: k char ids, q: (k, V) float32 tensor or k sequences of V floats: lists, or
         a table draft's `MixtureRow`s, which build the whole row only when iterated): q[i] is the
         distribution drafts[i] was sampled from, at `temperature` (one-hot at 0).
+        stop: a draft-length policy's rule (src/engine/policy.py), called with q(d) of each char
+        d as it is drawn; True ends the proposal after that char (fewer than k chars, and no
+        drafting work spent on the rest).
         """
         raise NotImplementedError
 

@@ -53,14 +53,17 @@ class BigramDraft(Draft):
             self._temperature = temperature
         return self._q, self._cdf
 
-    def propose(self, seq, k, temperature, gen):
+    def propose(self, seq, k, temperature, gen, stop=None):
         _, cdf = self._tables(temperature)
         prev, drafts, q = seq[-1], [], []
         for ui in uniforms(k, gen):
-            q.append(self._rows[prev])
+            row = self._rows[prev]
+            q.append(row)
             prev = bisect.bisect_right(cdf[prev], ui)  # cdf rows end at exactly 1 > ui
             drafts.append(prev)
-        return drafts, q                               # q: k rows of V floats
+            if stop is not None and stop(row[prev]):
+                break
+        return drafts, q                               # q: a row of V floats per drafted char
 
     def next_probs(self, context, temperature):
         """A lookup: the row of the last char, the very list `propose` hands over (read-only)."""

@@ -225,7 +225,7 @@ class HeadsDraft(Draft):
         self._hidden, self._char = hidden, emitted
 
     @torch.no_grad()
-    def propose(self, seq, k, temperature, gen):
+    def propose(self, seq, k, temperature, gen, stop=None):
         if self._char is None or seq[-1] != self._char:
             raise RuntimeError("heads propose from the hidden row `observe` gave for the last committed char; "
                                "observe was not called for this sequence")
@@ -234,7 +234,12 @@ class HeadsDraft(Draft):
         cdf = q.double().cumsum(-1)                                                    # (k, V)
         u = torch.rand(k, 1, generator=gen, dtype=torch.float64, device=gen.device)  # (k, 1)
         drafts = torch.searchsorted(cdf, u * cdf[:, -1:], right=True)                  # (k, 1)
-        return drafts.view(-1).tolist(), q
+        drafts = drafts.view(-1).tolist()
+        if stop is not None:  # one forward drafts all k heads: a stop only shortens the pass's verify
+            qd = q.gather(-1, torch.tensor(drafts, device=q.device)[:, None])[:, 0].tolist()
+            n = next((i + 1 for i, x in enumerate(qd) if stop(x)), k)
+            return drafts[:n], q[:n]
+        return drafts, q
 
     # -- whole sequences (exactness tests, the seed's TVD check) ---------------------------------
     @torch.no_grad()

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from ..model import Transformer
-from ..sampling import draw_rows, probs_from_logits, sample, uniforms
+from ..sampling import draw, draw_rows, probs_from_logits, uniforms
 from .base import Draft
 
 
@@ -40,7 +40,7 @@ class ModelDraft(Draft):
         self.rows = 0
 
     @torch.no_grad()
-    def propose(self, seq, k, temperature, gen):
+    def propose(self, seq, k, temperature, gen, stop=None):
         length = len(seq)
         device = self.positions.device
         if self.pos == 0:
@@ -50,13 +50,16 @@ class ModelDraft(Draft):
         drafts, qs = [], []
         for i in range(k):
             q = probs_from_logits(logits, temperature)                  # (V,)
-            d = sample(q, gen)
+            row = q.tolist()
+            d = draw(row, uniforms(1, gen)[0])
             drafts.append(d)
             qs.append(q)
+            if stop is not None and stop(row[d]):
+                break
             if i < k - 1:  # d_k is not fed now: the target verifies it, the draft catches up later
                 x = torch.tensor([[d]], device=device)
                 logits = self.model(x, self.positions[length + i:length + i + 1])[0, -1]
-        self.pos = length + k - 1
+        self.pos = length + len(drafts) - 1   # the last drafted char is not fed: the catch-up covers it
         return drafts, torch.stack(qs)
 
     def rewind(self, length):

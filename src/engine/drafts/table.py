@@ -463,12 +463,12 @@ class TableDraft(Draft):
             return code * self.base + char + 1, length + 1
         return (code % self._shift) * self.base + char + 1, length
 
-    def propose(self, seq, k, temperature, gen):
+    def propose(self, seq, k, temperature, gen, stop=None):
         if temperature == 1:
-            return self._propose_mixture(seq, k, gen)
-        return self._propose_dense(seq, k, temperature, gen)
+            return self._propose_mixture(seq, k, gen, stop)
+        return self._propose_dense(seq, k, temperature, gen, stop)
 
-    def _propose_dense(self, seq, k, temperature, gen):
+    def _propose_dense(self, seq, k, temperature, gen, stop=None):
         """`propose` from dense rows (every temperature; at T = 1 `propose` uses the mixtures)."""
         rows = self._memo(temperature)
         code, length = self._code(seq)
@@ -480,10 +480,12 @@ class TableDraft(Draft):
             q.append(hit[0])
             d = bisect.bisect_right(hit[1], u)  # CDF rows end at exactly 1 > u
             drafts.append(d)
+            if stop is not None and stop(hit[0][d]):
+                break
             code, length = self._advance(code, length, d)
-        return drafts, q                        # q: k rows of V floats
+        return drafts, q                        # q: a row of V floats per drafted char
 
-    def _propose_mixture(self, seq, k, gen):
+    def _propose_mixture(self, seq, k, gen, stop=None):
         """`propose` at T = 1: draws from the mixture form, no dense row built (module docstring)."""
         mixtures = self._mixtures
         code, length = self._code(seq)
@@ -495,8 +497,10 @@ class TableDraft(Draft):
             q.append(mix)
             d = mix.sample(u)
             drafts.append(d)
+            if stop is not None and stop(mix[d]):
+                break
             code, length = self._advance(code, length, d)
-        return drafts, q                        # q: k MixtureRows, each a sequence of V floats
+        return drafts, q                        # q: a MixtureRow (a sequence of V floats) per drafted char
 
     def next_probs(self, context, temperature):
         rows = self._memo(temperature)

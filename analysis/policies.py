@@ -1,0 +1,75 @@
+"""Draft-length policies against the best fixed k (src/engine/policy.py; cells "<draft>~<policy>",
+k their cap).
+
+- `policies_table`: per draft, its best fixed k and each adaptive policy at its best cap, with
+  the pooled intervals, the gain (policy median / fixed median) and whether the intervals tell
+  them apart.
+- `drafted_table`: how long an adaptive policy's passes were (the mean and the share of passes
+  drafting j chars) and the acceptance of char i among the passes that drafted it.
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from .load import parse_label
+from .tables import Table
+
+
+def _parts(labels: pd.Series) -> tuple[pd.Series, pd.Series]:
+    parsed = labels.map(parse_label)
+    return parsed.map(lambda x: x.draft), parsed.map(lambda x: x.policy)
+
+
+def best_cell(g: pd.DataFrame) -> pd.Series | None:
+    g = g.dropna(subset=["measured"])
+    return None if g.empty else g.loc[g["measured"].idxmax()]
+
+
+def policies_table(cells: pd.DataFrame) -> Table | None:
+    """None when the cells hold no adaptive policy."""
+    base, policy = _parts(cells["draft"])
+    if (policy == "fixed").all():
+        return None
+    rows = []
+    for draft in sorted(base.unique()):
+        fixed = best_cell(cells[(base == draft) & (policy == "fixed")])
+        for name in sorted(set(policy[base == draft]) - {"fixed"}):
+            best = best_cell(cells[(base == draft) & (policy == name)])
+            if best is None:
+                continue
+            row = {"draft": draft, "policy": name, "best cap": int(best["k"]), "speedup": best["measured"],
+                   "lo": best["lo"], "hi": best["hi"]}
+            if fixed is not None:
+                row |= {"best fixed k": int(fixed["k"]), "fixed speedup": fixed["measured"], "fixed lo": fixed["lo"],
+                        "fixed hi": fixed["hi"], "gain": best["measured"] / fixed["measured"],
+                        "told apart": "better" if best["lo"] > fixed["hi"] else "worse" if best["hi"] < fixed["lo"]
+                        else "no (intervals overlap)"}
+            rows.append(row)
+    df = pd.DataFrame(rows)
+    fmt = {c: ".2f" for c in ("speedup", "lo", "hi", "fixed speedup", "fixed lo", "fixed hi")} | {"gain": "+.1%"}
+    if "gain" in df:
+        df["gain"] = df["gain"] - 1
+    return Table("policies", "Draft-length policies against the best fixed k", df, fmt,
+                 "Each adaptive policy at its best measured cap and the draft's best measured fixed k (pooled medians "
+                 "over all pairs of the cells' seeds, lo-hi their intervals); gain: the policy's median over the "
+                 "fixed median, minus 1; told apart: better or worse where the two intervals do not overlap.")
+
+
+def drafted_table(finished: pd.DataFrame) -> Table | None:
+    """Per adaptive-policy cell, the medians over its trials of the drafted length's mean and
+    distribution, and of the acceptance among the passes that drafted char i."""
+    if "drafted_mean" not in finished or finished["drafted_mean"].isna().all():
+        return None
+    t = finished.dropna(subset=["drafted_mean"])
+    lens = sorted((c for c in t.columns if c.startswith("drafted_len_")), key=lambda c: int(c.rsplit("_", 1)[1]))
+    acc = sorted((c for c in t.columns if c.startswith("acceptance_given_drafted_")),
+                 key=lambda c: int(c.rsplit("_", 1)[1]))
+    df = t.groupby(["draft", "k"], sort=True)[["drafted_mean", "chars_per_pass", *lens, *acc]].median().reset_index()
+    df = df.rename(columns={"k": "cap", "drafted_mean": "drafted mean", "chars_per_pass": "chars per pass"}
+                   | {c: f"P(len {c.rsplit('_', 1)[1]})" for c in lens}
+                   | {c: f"a{c.rsplit('_', 1)[1]}" for c in acc})
+    df = df.dropna(axis=1, how="all")
+    return Table("drafted", "Drafted length and acceptance per position under each policy", df,
+                 {c: ".2f" for c in df.columns if c not in ("draft", "cap")},
+                 "Medians over each cell's trials: the mean drafted length, the share of passes drafting j chars "
+                 "(P(len j)), and a_i: among the passes that drafted char i, the share that kept it.")
