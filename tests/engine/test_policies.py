@@ -6,9 +6,10 @@
    beyond FAST_DRAFTS marked slow), passes of varying length, emits chars whose law at every
    position of a pass, the bonus position included, is the target's given the emitted prefix (a
    chi-square per position against exact distributions; ALPHA as in test_exactness.py). The
-   test first checks that the policy did vary the lengths. Negative control: a policy that peeks
-   at the target, ending a pass at its first rejected draft without drawing the residual
-   (rejected at p < 1e-6).
+   test first checks that the policy did vary the lengths (the cost rule's on the bigram). Negative
+   control: a policy that peeks at the target, ending a pass at its first rejected draft without
+   drawing the residual (rejected at p < 1e-6, on a near-uniform bigram where the production rule
+   passes the same test).
 3. Greedy: at temperature 0 every policy and draft gives the baseline's chars.
 4. The cost policy's calibration: its acceptance map is exact given its seed, and a bin's value is
    the mean acceptance min(1, p / q) of the draws whose q(d) fell in it.
@@ -31,7 +32,8 @@ from tests.chisquare import varying_multinomial_test
 from tests.engine.test_batch import FLAT, batch_draft
 from tests.engine.test_exactness import ALPHA, DRAFT_NAMES, FAST_DRAFTS, by_speed
 
-RUNS = 1500
+RUNS = 1000         # runs of the loop per law test (1,500 for the negative control, for its power)
+CONTROL_RUNS = 1500
 CAP = 3
 FLAT_MAP = AcceptanceMap((0.2, 0.5), (0.3, 0.6, 0.9))   # q(d) < 0.2: 0.3; < 0.5: 0.6; else 0.9
 
@@ -169,10 +171,10 @@ def test_the_law_test_catches_a_policy_that_peeks_at_the_target(tiny, monkeypatc
     cfg, _, target = tiny
     prompt = target.tokenizer.encode(cfg.prompt).tolist()
     flat = batch_draft(tiny, *FLAT)
-    honest = loop_runs(target.model, flat, prompt, Policy(), CAP, 12, RUNS)
+    honest = loop_runs(target.model, flat, prompt, Policy(), CAP, 12, CONTROL_RUNS)
     assert min(pass_position_p_values(target.model, prompt, honest).values()) > ALPHA
     monkeypatch.setattr(decode_mod, "speculative_accept", peeking_accept)
-    gens = loop_runs(target.model, flat, prompt, Policy(), CAP, 12, RUNS)
+    gens = loop_runs(target.model, flat, prompt, Policy(), CAP, 12, CONTROL_RUNS)
     assert min(pass_position_p_values(target.model, prompt, gens).values()) < 1e-6
 
 
