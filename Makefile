@@ -4,6 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 ARGS   ?=
 SWEEP  ?= paper
+TEST_WORKERS ?= auto   # pytest-xdist workers for make test / test-fast (auto: one per core)
 
 .DEFAULT_GOAL := help
 .PHONY: help setup run sweep ui analyze predict test test-fast readme-example bench bench-sweep bench-noise bench-drafts clean-outputs
@@ -41,11 +42,11 @@ analyze: $(VENV)/.installed ## tables, cost models and figures of the latest swe
 predict: $(VENV)/.installed ## predict a draft's speedup per k without a sweep, about a minute a draft (ARGS="draft=ngram k=2,4,8 --fit-sweep ID"; ARGS="--validate --sweep-id ID")
 	$(PY) -m analysis.predict $(ARGS)
 
-test: $(VENV)/.installed ## the whole test suite (CPU; the cluster tests too once `make setup-cluster` has run)
-	$(PY) -m pytest -q tests
+test: $(VENV)/.installed ## the whole test suite on every core (CPU; the cluster tests too once `make setup-cluster` has run; TEST_WORKERS=0: in this process)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup tests
 
 test-fast: $(VENV)/.installed ## the tests not marked slow: the edit-test loop (a few minutes on 2 cores)
-	$(PY) -m pytest -q -m "not slow" tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not slow" tests
 
 readme-example: $(VENV)/.installed ## run the README's one-trial example on the default model and write its output into README.md
 	$(PY) -m src.readme_example

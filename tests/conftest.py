@@ -3,7 +3,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -100,6 +102,11 @@ def gen():
 
 
 REPO = Path(__file__).resolve().parent.parent
+
+# `make test` runs the tests on several workers (pytest-xdist, --dist loadgroup). The files that
+# start Ray clusters (tests/tools/test_cluster.py, test_servers.py) share one worker, so no two
+# clusters run at once; `smoke_stores` runs its sweeps once for all workers.
+ONE_WORKER = pytest.mark.xdist_group("ray_clusters")
 COUNTERS = ["acceptance", "position_acceptance", "analytic_acceptance", "chars_per_pass", "target_passes",
             "proposed", "accepted", "acceptance_pos_1"]
 
@@ -111,6 +118,12 @@ def smoke_cmd(store: Path, n_jobs: int, *extra: str) -> list[str]:
             f"hydra.launcher.n_jobs={n_jobs}", f"data.cache_dir={store.parent}/cache", *extra]
 
 
+# The fault tests' sweep: two of the smoke sweep's six cells (a table and a model draft), enough for
+# a kill, a race and a resume, at a third of the trials
+FAULT_GRID = ("draft=bigram,int8", "k=4")
+FAULT_CELLS = {("bigram", "4"), ("int8", "4")}
+
+
 def runs_of(uri: str):
     from mlflow.tracking import MlflowClient
     client = MlflowClient(uri)
@@ -118,25 +131,35 @@ def runs_of(uri: str):
     return client, (client.search_runs([exp.experiment_id], max_results=1000) if exp else [])
 
 
-def trial_counters(uri: str) -> dict:
-    """(draft, k) -> the deterministic counters of its FINISHED trial."""
+def trial_counters(uri: str, cells: set | None = None) -> dict:
+    """(draft, k) -> the deterministic counters of its FINISHED trial (only `cells`, when given)."""
     _, runs = runs_of(uri)
-    return {(r.data.params["draft"], r.data.params["k"]): {c: r.data.metrics[c] for c in COUNTERS}
-            for r in runs if r.data.tags.get("specsweep.kind") == "trial" and r.info.status == "FINISHED"}
+    out = {(r.data.params["draft"], r.data.params["k"]): {c: r.data.metrics[c] for c in COUNTERS}
+           for r in runs if r.data.tags.get("specsweep.kind") == "trial" and r.info.status == "FINISHED"}
+    return out if cells is None else {cell: c for cell, c in out.items() if cell in cells}
 
 
 @pytest.fixture(scope="session")
 def smoke_stores(tmp_path_factory):
     """The smoke sweep run twice, with n_jobs=2 and n_jobs=1, each into a fresh store:
-    n_jobs -> (tracking uri, output)."""
-    out = {}
-    for n_jobs in (2, 1):
-        store = tmp_path_factory.mktemp(f"smoke{n_jobs}") / "store"
-        store.mkdir()
-        proc = subprocess.run(smoke_cmd(store, n_jobs), cwd=REPO, capture_output=True, text=True, timeout=600)
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-        out[n_jobs] = (f"sqlite:///{store}/mlflow.db", proc.stdout + proc.stderr)
-    return out
+    n_jobs -> (tracking uri, output). Once per test session: under pytest-xdist the first worker
+    to ask runs them, in the session's shared temp folder, and the others wait and read them."""
+    from filelock import FileLock
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base   # xdist: <session>/popen-gwN
+    root, done = shared / "smoke_stores", shared / "smoke_stores.json"
+    with FileLock(str(shared / "smoke_stores.lock")):
+        if not done.exists():
+            shutil.rmtree(root, ignore_errors=True)   # a failed attempt's stores: start again
+            out = {}
+            for n_jobs in (2, 1):
+                store = root / f"smoke{n_jobs}" / "store"
+                store.mkdir(parents=True)
+                proc = subprocess.run(smoke_cmd(store, n_jobs), cwd=REPO, capture_output=True, text=True, timeout=600)
+                assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+                out[n_jobs] = (f"sqlite:///{store}/mlflow.db", proc.stdout + proc.stderr)
+            done.write_text(json.dumps(out))
+    return {int(n): tuple(v) for n, v in json.loads(done.read_text()).items()}
 
 
 CLUSTER_MODULES = ("ray", "psycopg2", "hydra_plugins.hydra_ray_launcher", "hydra_plugins.hydra_submitit_launcher")

@@ -135,6 +135,7 @@ def test_a_store_that_is_not_a_database_is_refused_and_left_as_it_was(world, tmp
 
 def test_the_negative_control_a_check_after_training_is_caught(world, tmp_path):
     """A draft whose check runs only when it is built (after the target trains) fails the test."""
-    proc = run_cli(world, tmp_path, False, "draft=bigram", "draft._target_=late_draft.LateDraft")
+    proc = run_cli(world, tmp_path, False, "draft=bigram", "draft._target_=late_draft.LateDraft",
+                   "train.steps=10", "train.eval_interval=10")   # any trained target will do: seconds
     problems = refused_before_work(proc, tmp_path, "late: this draft refuses itself")
     assert any(p.startswith("a target was trained") for p in problems), (problems, proc.stderr[-2000:])

@@ -2,8 +2,9 @@
 
 1. The rules: the heuristic schedule's lengths, the confidence stop, the cost rule's decisions
    against its inequality S_i a T(i) > (b + c) E(i), the acceptance map's bins, all exact.
-2. The law: the production loop under every adaptive policy and every shipped draft (those
-   beyond FAST_DRAFTS marked slow), passes of varying length, emits chars whose law at every
+2. The law: the production loop under every adaptive policy with a table draft and a model
+   draft (FAST_DRAFTS: bigram, int8), and under one adaptive policy each (in turn) with every
+   other shipped draft (marked slow), passes of varying length, emits chars whose law at every
    position of a pass, the bonus position included, is the target's given the emitted prefix (a
    chi-square per position against exact distributions; ALPHA as in test_exactness.py). The
    test first checks that the policy did vary the lengths (the cost rule's on the bigram). Negative
@@ -14,7 +15,7 @@
 4. The cost policy's calibration: its acceptance map is exact given its seed, and a bin's value is
    the mean acceptance min(1, p / q) of the draws whose q(d) fell in it.
 
-False-failure rate: about 100 tests at ALPHA = 1e-4 here: < 1% for a random seed; the seeds are fixed.
+False-failure rate: under 100 tests at ALPHA = 1e-4 here: < 1% for a random seed; the seeds are fixed.
 """
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ from src.engine.policy import (AcceptanceMap, ConfidencePolicy, CostPolicy, Heur
 from src.engine.sampling import speculative_accept
 from tests.chisquare import varying_multinomial_test
 from tests.engine.test_batch import FLAT, batch_draft
-from tests.engine.test_exactness import ALPHA, DRAFT_NAMES, FAST_DRAFTS, by_speed
+from tests.engine.test_exactness import ALPHA, DRAFT_NAMES, FAST_DRAFTS
 
 RUNS = 1000         # runs of the loop per law test (1,500 for the negative control, for its power)
 CONTROL_RUNS = 1500
@@ -105,6 +106,11 @@ def policy_for(name: str, tiny, draft) -> Policy:
 
 
 POLICIES = ("heuristic", "confidence", "cost")
+# every policy with the fast drafts (a table and a model draft); each other draft with one policy,
+# in turn, so that every policy also runs with drafts of each other kind
+LAW_CASES = ([(name, policy) for name in FAST_DRAFTS for policy in POLICIES]
+             + [pytest.param(name, POLICIES[i % len(POLICIES)], marks=pytest.mark.slow)
+                for i, name in enumerate(n for n in DRAFT_NAMES if n not in FAST_DRAFTS)])
 
 
 def loop_runs(target_model, draft, prompt, policy, k, n_chars, runs, temperature=1.0):
@@ -137,8 +143,7 @@ def first_passes_vary(gens) -> bool:
     return len(lengths) >= 2
 
 
-@pytest.mark.parametrize("policy_name", POLICIES)
-@pytest.mark.parametrize("name", by_speed(DRAFT_NAMES))
+@pytest.mark.parametrize("name,policy_name", LAW_CASES)
 def test_every_policy_keeps_the_targets_law(tiny, drafts, name, policy_name):
     cfg, _, target = tiny
     draft = drafts[name]

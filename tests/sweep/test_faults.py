@@ -14,7 +14,7 @@ import pytest
 from src.engine.errors import SpecsweepError
 from src.engine.locks import file_lock
 from src.sweep.processes import alive, descendants
-from tests.conftest import REPO, runs_of, smoke_cmd, trial_counters
+from tests.conftest import FAULT_CELLS, FAULT_GRID, REPO, runs_of, smoke_cmd, trial_counters
 from tests.sweep.test_resilience import running_trial
 
 HOLD = """
@@ -65,20 +65,20 @@ def trial_statuses(uri: str) -> list[str]:
 def test_two_identical_sweeps_at_once_both_end_with_true_counts(tmp_path, smoke_stores):
     store = tmp_path / "store"
     store.mkdir()
-    cmd = smoke_cmd(store, 1)
+    cmd = smoke_cmd(store, 1, *FAULT_GRID)
     first = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     second = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     outs = [p.communicate(timeout=900)[0] for p in (first, second)]
     uri = f"sqlite:///{store}/mlflow.db"
     for p, out in zip((first, second), outs):
         assert p.returncode == 0, out[-3000:]
-        assert "6/6 cells finished, 0 failed" in out, out[-3000:]
-    assert trial_statuses(uri) == ["FINISHED"] * 6                     # no cell twice, none failed
+        assert "2/2 cells finished, 0 failed" in out, out[-3000:]
+    assert trial_statuses(uri) == ["FINISHED"] * 2                     # no cell twice, none failed
     _, runs = runs_of(uri)
     parents = [r for r in runs if r.data.tags.get("specsweep.kind") == "sweep"]
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"    # one sweep, shared
-    assert parents[0].data.metrics["trials_finished"] == 6 and parents[0].data.metrics["trials_failed"] == 0
-    assert trial_counters(uri) == trial_counters(smoke_stores[1][0])
+    assert parents[0].data.metrics["trials_finished"] == 2 and parents[0].data.metrics["trials_failed"] == 0
+    assert trial_counters(uri) == trial_counters(smoke_stores[1][0], FAULT_CELLS)
 
 
 @pytest.mark.slow
@@ -86,7 +86,7 @@ def test_sigterm_to_the_parent_stops_everything_and_the_rerun_completes(tmp_path
     store = tmp_path / "store"
     store.mkdir()
     uri = f"sqlite:///{store}/mlflow.db"
-    cmd = smoke_cmd(store, 2, "timing.pairs=15")
+    cmd = smoke_cmd(store, 2, "timing.pairs=15", *FAULT_GRID)
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     running_trial(uri, proc, job_num="0")                     # a trial is mid-run on a worker
     family = descendants(proc.pid)
@@ -107,5 +107,5 @@ def test_sigterm_to_the_parent_stops_everything_and_the_rerun_completes(tmp_path
 
     rerun = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
-    assert trial_statuses(uri).count("FINISHED") == 6
-    assert trial_counters(uri) == trial_counters(smoke_stores[1][0])
+    assert trial_statuses(uri).count("FINISHED") == 2
+    assert trial_counters(uri) == trial_counters(smoke_stores[1][0], FAULT_CELLS)
