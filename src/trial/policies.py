@@ -57,7 +57,7 @@ def build_policy(spec: TrialSpec, model, draft, prompt: list[int], target_key: s
                             min(o["calibration_chars"], model.cfg.block_size - len(prompt)), o["calibration_seed"], o["bins"])
 
     def measure():
-        with timed_phase:
+        with timed_phase():
             return cost_profile(model, draft, prompt, spec.k, spec.temperature, spec.timing.cost_reps, spec.device,
                                 o["profile_rounds"], baseline)
     return make_policy("cost", o, spec.k, accept, cached_profile(spec, target_key, measure))

@@ -1,0 +1,57 @@
+"""A trial under an adaptive draft-length policy, end to end on the tiny model (src/trial/policies.py).
+
+The cost policy times its cost profile inside the host's timing lock before the counter run
+(a trial of the `policies` sweep once crashed there, on the lock, before any test ran this path),
+caches it per host, and a second trial with the same spec reads the cached profile: its counters
+are then identical. The heuristic policy needs no profile and writes none.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from src.trial.spec import trial_spec
+from src.trial.trial import run_trial
+from tests.conftest import compose_cfg
+
+K = 4
+
+
+def policy_cfg(tiny, cache_dir, policy: str):
+    cfg, _, _ = tiny
+    return compose_cfg(cfg.data.path, cache_dir, "draft=bigram", f"k={K}", f"policy={policy}", "timing.target_width=null",
+                       "policy.calibration_seqs=4" if policy == "cost" else "policy.start=1",
+                       *(["policy.calibration_chars=40", "policy.profile_rounds=2"] if policy == "cost" else []))
+
+
+def test_a_cost_policy_trial_times_its_profile_once_and_logs_it(tiny, tmp_path):
+    cfg, _, _ = tiny
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    # the tiny target from the session's cache, profiles written into this test's own folder
+    (cache / "models").symlink_to(cfg.data.cache_dir / "models", target_is_directory=True)
+    spec = trial_spec(policy_cfg(tiny, cache, "cost"))
+    first = run_trial(spec, progress=False).metrics
+    profiles = list((cache / "profiles").glob("*.json"))
+    assert len(profiles) == 1
+    profile = json.loads(profiles[0].read_text())
+    assert set(profile) == {"c", "b", "o"} and profile["c"] > 0 and profile["b"] >= 0
+    assert {first[f"policy_{key}"] for key in ("c", "b", "o")} == set(profile.values())
+    assert 1 <= first["drafted_mean"] <= K
+    assert sum(first[f"drafted_len_{j}"] for j in range(1, K + 1)) == pytest.approx(1.0)
+    assert first["proposed"] == pytest.approx(first["drafted_mean"] * first["draft_calls"])
+    second = run_trial(spec, progress=False).metrics
+    assert len(list((cache / "profiles").glob("*.json"))) == 1          # read, not timed again
+    for key in ("target_passes", "proposed", "accepted", "drafted_mean", "policy_c", "policy_b"):
+        assert second[key] == first[key], key
+
+
+def test_a_heuristic_policy_trial_writes_no_profile(tiny, tmp_path):
+    cfg, _, _ = tiny
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "models").symlink_to(cfg.data.cache_dir / "models", target_is_directory=True)
+    m = run_trial(trial_spec(policy_cfg(tiny, cache, "heuristic")), progress=False).metrics
+    assert not (cache / "profiles").exists()
+    assert 1 <= m["drafted_mean"] <= K and m["drafted_len_1"] > 0          # it starts at 1
