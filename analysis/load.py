@@ -142,8 +142,10 @@ def tidy_runs(raw: pd.DataFrame) -> pd.DataFrame:
     for name in TAGS:
         col = raw.get(f"tags.{name}")
         out[name] = pd.Series(pd.NA, index=out.index, dtype=object) if col is None else col.astype(object)
+    # a metric named like a param (a batched trial logs "batch" as both) keeps the param's column:
+    # two columns of one name would make out["batch"] a frame
     metrics = {c.removeprefix("metrics."): pd.to_numeric(raw[c], errors="coerce")
-               for c in raw.columns if c.startswith("metrics.")}
+               for c in raw.columns if c.startswith("metrics.") and c.removeprefix("metrics.") not in out.columns}
     return pd.concat([out, pd.DataFrame(metrics, index=out.index)], axis=1)
 
 

@@ -93,3 +93,18 @@ def test_the_verify_cost_table_and_the_figure():
     fig = speedup_vs_batch(speedup_by_batch(answer))
     assert len(fig.axes) == 1 and len(fig.axes[0].lines) >= len(fx.DRAFTS)
     assert batch_table(answer[answer["batch"] == 1]) is None   # one batch size: no batch table
+
+
+def test_a_batched_trials_batch_metric_does_not_shadow_its_param():
+    """A batched trial logs `batch` as a param and as a metric: the tidy frame keeps one column
+    (the param's), and the regimes come out of it (two columns once made it a frame of names)."""
+    from analysis.load import tidy_runs
+    raw = pd.DataFrame({"run_id": ["a", "b"], "status": ["FINISHED"] * 2, "params.draft": ["bigram"] * 2,
+                        "params.k": ["2"] * 2, "params.seed": ["0"] * 2, "params.batch": ["1", "16"],
+                        "metrics.batch": [1.0, 16.0], "metrics.speedup": [1.2, 0.9]})
+    tidy = tidy_runs(raw)
+    assert list(tidy.columns).count("batch") == 1 and tidy["batch"].tolist() == [1, 16]
+    assert tidy["draft"].tolist() == ["bigram", "bigram@B16"] and tidy["speedup"].tolist() == [1.2, 0.9]
+    data = SweepData(Sweep("s", "batch", "run", "1", pd.Timestamp(0)), tidy, pd.DataFrame({"run_id": []}),
+                     pd.DataFrame({"run_id": []}))
+    assert regimes_of(data) == [Regime("eager", 1), Regime("eager", 16)]
