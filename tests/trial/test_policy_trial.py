@@ -8,6 +8,7 @@ are then identical. The heuristic policy needs no profile and writes none.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -30,7 +31,7 @@ def test_a_cost_policy_trial_times_its_profile_once_and_logs_it(tiny, tmp_path):
     cache = tmp_path / "cache"
     cache.mkdir()
     # the tiny target from the session's cache, profiles written into this test's own folder
-    (cache / "models").symlink_to(cfg.data.cache_dir / "models", target_is_directory=True)
+    (cache / "models").symlink_to(Path(cfg.data.cache_dir) / "models", target_is_directory=True)
     spec = trial_spec(policy_cfg(tiny, cache, "cost"))
     first = run_trial(spec, progress=False).metrics
     profiles = list((cache / "profiles").glob("*.json"))
@@ -51,7 +52,7 @@ def test_a_heuristic_policy_trial_writes_no_profile(tiny, tmp_path):
     cfg, _, _ = tiny
     cache = tmp_path / "cache"
     cache.mkdir()
-    (cache / "models").symlink_to(cfg.data.cache_dir / "models", target_is_directory=True)
+    (cache / "models").symlink_to(Path(cfg.data.cache_dir) / "models", target_is_directory=True)
     m = run_trial(trial_spec(policy_cfg(tiny, cache, "heuristic")), progress=False).metrics
     assert not (cache / "profiles").exists()
     assert 1 <= m["drafted_mean"] <= K and m["drafted_len_1"] > 0          # it starts at 1
