@@ -120,8 +120,9 @@ def smoke_cmd(store: Path, n_jobs: int, *extra: str) -> list[str]:
 
 # The fault tests' sweep: two of the smoke sweep's six cells (a table and a model draft), enough for
 # a kill, a race and a resume, at a third of the trials
-FAULT_GRID = ("draft=bigram,int8", "k=4")
-FAULT_CELLS = {("bigram", "4"), ("int8", "4")}
+FAULT_DRAFTS, FAULT_K = ("bigram", "int8"), "4"
+FAULT_GRID = (f"draft={','.join(FAULT_DRAFTS)}", f"k={FAULT_K}")
+FAULT_CELLS = {(d, FAULT_K) for d in FAULT_DRAFTS}
 
 
 def runs_of(uri: str):

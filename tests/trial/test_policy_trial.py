@@ -17,42 +17,43 @@ from src.trial.trial import run_trial
 from tests.conftest import compose_cfg
 
 K = 4
+OVERRIDES = {"cost": ["policy.calibration_seqs=4", "policy.calibration_chars=40", "policy.profile_rounds=2"],
+             "heuristic": ["policy.start=1"]}
 
 
-def policy_cfg(tiny, cache_dir, policy: str):
-    cfg, _, _ = tiny
-    return compose_cfg(cfg.data.path, cache_dir, "draft=bigram", f"k={K}", f"policy={policy}", "timing.target_width=null",
-                       "policy.calibration_seqs=4" if policy == "cost" else "policy.start=1",
-                       *(["policy.calibration_chars=40", "policy.profile_rounds=2"] if policy == "cost" else []))
-
-
-def test_a_cost_policy_trial_times_its_profile_once_and_logs_it(tiny, tmp_path):
+@pytest.fixture
+def trial_cfg(tiny, tmp_path):
+    """policy -> a bigram trial's config under it, in a cache folder of the test's own whose
+    models/ is the session's (the tiny target), so its profiles are the test's alone."""
     cfg, _, _ = tiny
     cache = tmp_path / "cache"
     cache.mkdir()
-    # the tiny target from the session's cache, profiles written into this test's own folder
     (cache / "models").symlink_to(Path(cfg.data.cache_dir) / "models", target_is_directory=True)
-    spec = trial_spec(policy_cfg(tiny, cache, "cost"))
+    return lambda policy: compose_cfg(cfg.data.path, cache, "draft=bigram", f"k={K}", f"policy={policy}",
+                                      "timing.target_width=null", *OVERRIDES[policy])
+
+
+def test_a_cost_policy_trial_times_its_profile_once_and_logs_it(trial_cfg):
+    cfg = trial_cfg("cost")
+    profiles_dir = Path(cfg.data.cache_dir) / "profiles"
+    spec = trial_spec(cfg)
     first = run_trial(spec, progress=False).metrics
-    profiles = list((cache / "profiles").glob("*.json"))
+    profiles = list(profiles_dir.glob("*.json"))
     assert len(profiles) == 1
     profile = json.loads(profiles[0].read_text())
     assert set(profile) == {"c", "b", "o"} and profile["c"] > 0 and profile["b"] >= 0
-    assert {first[f"policy_{key}"] for key in ("c", "b", "o")} == set(profile.values())
+    assert {key: first[f"policy_{key}"] for key in profile} == profile
     assert 1 <= first["drafted_mean"] <= K
     assert sum(first[f"drafted_len_{j}"] for j in range(1, K + 1)) == pytest.approx(1.0)
     assert first["proposed"] == pytest.approx(first["drafted_mean"] * first["draft_calls"])
     second = run_trial(spec, progress=False).metrics
-    assert len(list((cache / "profiles").glob("*.json"))) == 1          # read, not timed again
+    assert len(list(profiles_dir.glob("*.json"))) == 1          # read, not timed again
     for key in ("target_passes", "proposed", "accepted", "drafted_mean", "policy_c", "policy_b"):
         assert second[key] == first[key], key
 
 
-def test_a_heuristic_policy_trial_writes_no_profile(tiny, tmp_path):
-    cfg, _, _ = tiny
-    cache = tmp_path / "cache"
-    cache.mkdir()
-    (cache / "models").symlink_to(Path(cfg.data.cache_dir) / "models", target_is_directory=True)
-    m = run_trial(trial_spec(policy_cfg(tiny, cache, "heuristic")), progress=False).metrics
-    assert not (cache / "profiles").exists()
+def test_a_heuristic_policy_trial_writes_no_profile(trial_cfg):
+    cfg = trial_cfg("heuristic")
+    m = run_trial(trial_spec(cfg), progress=False).metrics
+    assert not (Path(cfg.data.cache_dir) / "profiles").exists()
     assert 1 <= m["drafted_mean"] <= K and m["drafted_len_1"] > 0          # it starts at 1
