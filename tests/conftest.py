@@ -44,16 +44,35 @@ def isolated_tracking_store(tmp_path_factory):
         os.environ["MLFLOW_TRACKING_URI"] = old
 
 
+def session_folder(tmp_path_factory, name: str) -> Path:
+    """A folder of this test session that every pytest-xdist worker shares (<session>/NAME; the
+    session's own temp folder without workers): what one worker builds there, the others reuse."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base   # xdist: <session>/popen-gwN
+    folder = shared / name
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
 @pytest.fixture(scope="session")
 def corpus_path(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("corpus") / "tiny.txt"
-    path.write_text(synthetic_text(60_000), encoding="utf-8")
+    """The synthetic corpus, written once for all workers (under a lock: no worker reads it half-written)."""
+    from filelock import FileLock
+    folder = session_folder(tmp_path_factory, "corpus")
+    path = folder / "tiny.txt"
+    with FileLock(str(folder / "tiny.lock")):
+        if not path.exists():
+            tmp = folder / "tiny.tmp"
+            tmp.write_text(synthetic_text(60_000), encoding="utf-8")
+            tmp.replace(path)
     return path
 
 
 @pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("cache")
+    """The session's model and draft cache, shared by the workers: the tiny target trains once (the
+    trainer's file lock makes the others wait and load it), and so does each trained draft."""
+    return session_folder(tmp_path_factory, "cache")
 
 
 @pytest.fixture(scope="session")
@@ -104,9 +123,31 @@ def gen():
 REPO = Path(__file__).resolve().parent.parent
 
 # `make test` runs the tests on several workers (pytest-xdist, --dist loadgroup). The files that
-# start Ray clusters (tests/tools/test_cluster.py, test_servers.py) share one worker, so no two
-# clusters run at once; `smoke_stores` runs its sweeps once for all workers.
-ONE_WORKER = pytest.mark.xdist_group("ray_clusters")
+# start Ray clusters run on one worker, one test after another, so no two clusters run at once
+# (`pytest_xdist_make_scheduler` below); `smoke_stores` runs its sweeps once for all workers.
+ONE_WORKER_FILES = ("tools/test_cluster.py", "tools/test_servers.py")   # under tests/
+
+
+def work_unit(nodeid: str) -> str:
+    """The unit of work a test is scheduled in: "one_worker" for the tests of ONE_WORKER_FILES,
+    else the test itself."""
+    return "one_worker" if nodeid.split("::")[0].endswith(ONE_WORKER_FILES) else nodeid
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadgroup, with the groups given by file. xdist 3.8 groups marked tests by renaming
+    their node ids, which pytest 9 no longer lets it do: every `xdist_group` test was scheduled
+    alone, and two Ray clusters ran at once. Here the scheduler itself groups them; it sends the
+    largest unit (the cluster tests) first, so the long group does not run last, alone."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class OneWorkerFiles(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+    return OneWorkerFiles(config, log)
 COUNTERS = ["acceptance", "position_acceptance", "analytic_acceptance", "chars_per_pass", "target_passes",
             "proposed", "accepted", "acceptance_pos_1"]
 
@@ -146,10 +187,9 @@ def smoke_stores(tmp_path_factory):
     n_jobs -> (tracking uri, output). Once per test session: under pytest-xdist the first worker
     to ask runs them, in the session's shared temp folder, and the others wait and read them."""
     from filelock import FileLock
-    base = tmp_path_factory.getbasetemp()
-    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base   # xdist: <session>/popen-gwN
-    root, done = shared / "smoke_stores", shared / "smoke_stores.json"
-    with FileLock(str(shared / "smoke_stores.lock")):
+    shared = session_folder(tmp_path_factory, "smoke")
+    root, done = shared / "stores", shared / "stores.json"
+    with FileLock(str(shared / "stores.lock")):
         if not done.exists():
             shutil.rmtree(root, ignore_errors=True)   # a failed attempt's stores: start again
             out = {}

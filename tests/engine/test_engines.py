@@ -24,7 +24,7 @@ from src.engine.engines import Engine
 from src.engine.model import ModelConfig, Transformer
 from src.engine.onnx_engine import OnnxModel
 from src.engine.tree import generate_tree
-from tests.conftest import compose_cfg, draft_for
+from tests.conftest import compose_cfg, draft_for, session_folder
 from tests.engine.test_exactness import ALPHA, position_p_values
 
 ATOL = 1e-4
@@ -35,7 +35,9 @@ DEFAULT_SHAPE_WIDTHS = {"onnx": range(1, 18), "compiled": (1, 9)}   # the defaul
 
 @pytest.fixture(scope="session")
 def engine_cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("engine_cache")
+    """Inductor's on-disk cache, shared by the session's workers: a graph one worker compiled is
+    loaded, not compiled again, by the others."""
+    return session_folder(tmp_path_factory, "engine_cache")
 
 
 def engine(name: str, cache) -> Engine:

@@ -21,12 +21,12 @@ if MISSING:
                 allow_module_level=True)
 
 from src.paths import REPO  # noqa: E402
-from tests.conftest import ONE_WORKER  # noqa: E402
 from src.cluster.servers import (RAY_DRIVER_ENV, ServerError, free_port, listening_sockets,  # noqa: E402
                                  main, pg_bindir, start_mlflow_server, start_postgres,
                                  start_ray_head, start_ray_worker)
 
-pytestmark = [pytest.mark.slow, ONE_WORKER]  # real servers: minutes (make test-fast skips them)
+pytestmark = pytest.mark.slow  # real servers: minutes (make test-fast skips them)
+# one worker runs this file and test_cluster.py, one test after another (ONE_WORKER_FILES in conftest)
 
 
 @pytest.fixture
