@@ -11,8 +11,10 @@ For each table draft (ngram, distilled) and context length (`--orders`), one row
   `propose` at T = 1 (one char: a mixture row and a draw, as in the hot loop), and the share
   of those lookups that built a row; "dense row / cold": the same stream through `next_probs`
   (a dense row of V floats, the path of other temperatures), over the cold time: measured side by side;
-- table MB, contexts, and the build time. For the distilled draft the target's forward over the
-  first distill_chars chars runs once (with every core, as in a build) and is shown apart; each
+- table MB, contexts, and the build time; last, the process's peak resident memory (the target,
+  the sampled text, the forward's (N, V) distributions and the largest build, all rows together).
+  For the distilled draft the target's forward over the first distill_chars chars (null: the whole
+  training split) runs once (with every core, as in a build) and is shown apart; each
   order's row shows the table's own build time on top of it.
 The bigram draft is the reference row. Nothing is written to the draft cache.
 
@@ -26,6 +28,7 @@ The bigram draft is the reference row. Nothing is written to the draft cache.
 from __future__ import annotations
 
 import argparse
+import resource
 import sys
 import time
 
@@ -139,7 +142,7 @@ def main() -> None:
             def make(order):
                 return NgramDraft(model, ids, name=label, order=order, **settings)
         else:
-            chars = ids[:settings["distill_chars"]]
+            chars = ids[:settings["distill_chars"]]               # null: the whole split
             t0 = time.perf_counter()
             with all_cores():
                 dist_p = target_probs(model, chars)
@@ -170,6 +173,8 @@ def main() -> None:
         print(f"| {r['draft']} | {r['order']} | {r['acceptance']:.4f} | {r['c']:.4f} | {r['draft_us']:.2f} | "
               f"{r['cold_us']:.1f} | {r['cold_c']:.3f} | {r['dense_us'] / r['cold_us']:.2f} | {r['built']:.0%} | "
               f"{r['mb']:.2f} | {r['contexts']} | {r['build_s']:.1f} |")
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024    # Linux: kilobytes
+    print(f"\npeak resident memory of this process: {peak_mb:.0f} MB")
 
 
 if __name__ == "__main__":

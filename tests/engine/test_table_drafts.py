@@ -309,6 +309,23 @@ def test_table_cache_round_trip(tiny, train_ids, tmp_path):
     assert DistilledDraft(target.model, train_ids, order=3, target_key="aaaa", **kw).cached
 
 
+def test_distilled_over_the_whole_split_is_every_training_char(tiny, train_ids):
+    """distill_chars=null distils the whole split it is given: the table of distill_chars=len(ids),
+    and not that of one char fewer."""
+    _, _, target = tiny
+    ids = train_ids[:3000]
+    kw = draft_options("distilled", order=3)
+    whole = DistilledDraft(target.model, ids, **{**kw, "distill_chars": None})
+    counted = DistilledDraft(target.model, ids, **{**kw, "distill_chars": len(ids)})
+    shorter = DistilledDraft(target.model, ids, **{**kw, "distill_chars": len(ids) - 1})
+    assert whole.table.keys() == counted.table.keys()
+    for key, t in whole.table.items():
+        assert torch.equal(t, counted.table[key]), key
+    assert not all(torch.equal(t, shorter.table[key]) if t.shape == shorter.table[key].shape else False
+                   for key, t in whole.table.items())
+    assert whole.describe()["distill_chars"] == "all"
+
+
 def test_build_draft_gives_table_drafts_the_cache(tiny, drafts):
     cfg, corpus, target = tiny
     for name in ("ngram", "distilled"):
@@ -326,6 +343,7 @@ def test_build_draft_gives_table_drafts_the_cache(tiny, drafts):
     ("draft.order=40", "too long for a vocabulary"),
     ("draft.backoff=nearest", "backoff must be one of"),
     ("draft.floor=0", "floor must be in (0, 1)"),
+    ("draft.distill_chars=1", "distill_chars must be an integer >= 2 or null"),
 ])
 def test_bad_table_settings_are_one_line_errors(tiny, override, message):
     cfg, corpus, target = tiny

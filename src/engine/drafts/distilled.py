@@ -1,7 +1,7 @@
 """Target-distilled context table: rows are the target's own next-char distributions.
 
 One batched forward of the target over the first `distill_chars` chars of the training split
-gives p_t = p(. | chars up to t) at T=1 for each position t. A context h of n chars (n = 0..order)
+(null: the whole split) gives p_t = p(. | chars up to t) at T=1 for each position t. A context h of n chars (n = 0..order)
 then has the count n_h of positions whose last n chars are h and the sum S_h of their p_t. The
 row of a context backs off to its suffix h' by count, one of:
 
@@ -69,7 +69,7 @@ class DistilledDraft(TableDraft):
     name = "distilled"
 
     def __init__(self, target, train_ids: torch.Tensor, name: str | None = None, *, order: int,
-                 distill_chars: int, backoff: str, min_count: int, beta: float, prune: float, floor: float,
+                 distill_chars: int | None, backoff: str, min_count: int, beta: float, prune: float, floor: float,
                  cache_dir=None, target_key: str | None = None):
         self.check_options(order=order, distill_chars=distill_chars, backoff=backoff, min_count=min_count,
                            beta=beta, prune=prune, floor=floor)
@@ -80,8 +80,10 @@ class DistilledDraft(TableDraft):
     @classmethod
     def check_options(cls, *, distill_chars, backoff, min_count, beta, prune, floor, **options) -> None:
         super().check_options(**options)
-        if isinstance(distill_chars, bool) or not isinstance(distill_chars, int) or distill_chars < 2:
-            raise ValueError(f"distill_chars must be an integer >= 2, got {distill_chars!r}")
+        if distill_chars is not None and (isinstance(distill_chars, bool) or not isinstance(distill_chars, int)
+                                          or distill_chars < 2):
+            raise ValueError(f"distill_chars must be an integer >= 2 or null (the whole training split), "
+                             f"got {distill_chars!r}")
         if backoff not in BACKOFFS:
             raise ValueError(f"backoff must be one of {', '.join(BACKOFFS)}, got {backoff!r}")
         if isinstance(min_count, bool) or not isinstance(min_count, int) or min_count < 1:
@@ -102,7 +104,7 @@ class DistilledDraft(TableDraft):
         return {**s, "beta": self.beta} if self.backoff == "interpolate" else s
 
     def _build(self, target, train_ids):
-        ids = train_ids[:self.distill_chars].cpu().long()
+        ids = (train_ids if self.distill_chars is None else train_ids[:self.distill_chars]).cpu().long()
         with all_cores():
             p = target_probs(target, ids)                                       # (N, V)
         return self.table_from(ids, p)
@@ -131,5 +133,6 @@ class DistilledDraft(TableDraft):
         return assemble(levels, V)
 
     def describe(self):
-        return {"distill_chars": self.distill_chars, "backoff": self.backoff, "min_count": self.min_count,
+        chars = "all" if self.distill_chars is None else self.distill_chars
+        return {"distill_chars": chars, "backoff": self.backoff, "min_count": self.min_count,
                 **({"beta": self.beta} if self.backoff == "interpolate" else {}), **super().describe()}
