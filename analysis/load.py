@@ -2,7 +2,8 @@
 
 A sweep is a parent run tagged `specsweep.kind = sweep` with a `sweep_id` tag; its trials are
 runs tagged `specsweep.kind = trial` with the same `sweep_id` (matching on the id rather than
-on the parent run id keeps a resumed sweep's trials together). Params arrive as strings and
+on the parent run id keeps a resumed sweep's trials together); a cell the sweep skipped because
+another sweep's run had finished it comes from the parent's `reused.*` params. Params arrive as strings and
 are cast here, once. Per-pair speedup ratios come from the `speedup_pair` metric history
 (step = pair index). The trials' `cpu_model` and `host` tags (where each ran) come along as columns:
 pair timings from different CPU models must not be pooled without saying so.
@@ -21,6 +22,7 @@ from mlflow.tracking import MlflowClient
 
 from src.engine.errors import SpecsweepError
 from src.paths import REPO
+from src.sweep.ledger import REUSED_PREFIX
 from src.sweep.store import DEFAULT_EXPERIMENT, KIND_TAG, SWEEP, TRIAL, resolve_uri
 
 log = logging.getLogger(__name__)
@@ -94,13 +96,21 @@ def find_sweep(experiment: str, sweep_id: str | None = None) -> Sweep:
 
 
 def search_trials(sweep: Sweep) -> pd.DataFrame:
-    """Raw search_runs frame of the sweep's trial runs, every status."""
+    """Raw search_runs frame of the sweep's trial runs, every status, and of the other sweeps'
+    FINISHED runs that stand for cells it skipped as done (its parent's `reused.*` params)."""
     kind = f"tags.`{KIND_TAG}` = '{TRIAL}'"
     if re.fullmatch(r"[\w.:-]+", sweep.sweep_id):
-        return mlflow.search_runs([sweep.experiment_id], f"{kind} and tags.sweep_id = '{sweep.sweep_id}'")
-    # an id with quotes or spaces cannot go into a filter string safely: filter here instead
-    runs = mlflow.search_runs([sweep.experiment_id], kind)
-    return runs[runs["tags.sweep_id"] == sweep.sweep_id] if "tags.sweep_id" in runs else runs.iloc[0:0]
+        runs = mlflow.search_runs([sweep.experiment_id], f"{kind} and tags.sweep_id = '{sweep.sweep_id}'")
+    else:   # an id with quotes or spaces cannot go into a filter string safely: filter here instead
+        runs = mlflow.search_runs([sweep.experiment_id], kind)
+        runs = runs[runs["tags.sweep_id"] == sweep.sweep_id] if "tags.sweep_id" in runs else runs.iloc[0:0]
+    params = MlflowClient().get_run(sweep.parent_run_id).data.params
+    reused = sorted(v for key, v in params.items() if key.startswith(REUSED_PREFIX) and re.fullmatch(r"\w+", v))
+    if not reused:
+        return runs
+    others = mlflow.search_runs([sweep.experiment_id], "attributes.run_id IN ({})".format(
+        ", ".join(f"'{r}'" for r in reused)))
+    return pd.concat([runs, others[~others["run_id"].isin(runs["run_id"])]], ignore_index=True)
 
 
 def tidy_runs(raw: pd.DataFrame) -> pd.DataFrame:
@@ -117,6 +127,7 @@ def tidy_runs(raw: pd.DataFrame) -> pd.DataFrame:
             out[name] = col
         else:
             out[name] = pd.to_numeric(col, errors="coerce")
+    out["draft"] = with_swept_options(raw, out["draft"])
     # an adaptive draft-length policy's trials are cells of their own: draft "<draft>~<policy>"
     # (e.g. ngram~heuristic), k its cap
     policy = raw.get("params.policy.name")
@@ -149,9 +160,33 @@ def tidy_runs(raw: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([out, pd.DataFrame(metrics, index=out.index)], axis=1)
 
 
+DRAFT_OPTION = re.compile(r"params\.draft\.(.+)")
+NOT_OPTIONS = ("name", "_target_")
+
+
+def with_swept_options(raw: pd.DataFrame, draft: pd.Series) -> pd.Series:
+    """A sweep over a draft's own options (draft.order=4,6; draft.distill_chars=1000000,null) makes
+    cells of their own: draft "<draft>[<option>=<value>,...]" for each option that takes more than
+    one value among that draft's runs (in the order the runs logged them); a draft whose options
+    all agree keeps its bare name. A run that lacks an option others logged (another code
+    version) does not split its cell."""
+    columns = [c for c in raw.columns if (m := DRAFT_OPTION.fullmatch(c)) and m.group(1) not in NOT_OPTIONS]
+    out = draft.copy()
+    for name in draft.dropna().unique():
+        rows = draft == name
+        swept = [c for c in columns if raw.loc[rows, c].nunique(dropna=True) > 1]
+        if swept:
+            values = raw.loc[rows, swept].astype(str)
+            out[rows] = name + "[" + values.apply(
+                lambda r: ",".join(f"{DRAFT_OPTION.fullmatch(c).group(1)}={v}" for c, v in r.items()), axis=1) + "]"
+    return out
+
+
 @dataclass(frozen=True)
 class Label:
-    """A cell's draft label taken apart: "<draft>[~<policy>][+tree<widths>][@<engine>][@B<batch>]"."""
+    """A cell's draft label taken apart: "<draft>~<policy>+tree<widths>@<engine>@B<batch>", every
+    part after the draft optional; the draft carries its swept options where a sweep varied them
+    ("distilled[distill_chars=None]")."""
     draft: str
     tree: str        # the widths, "4-2-2-1", or "" for a chain
     engine: str

@@ -22,7 +22,7 @@ from analysis import report as report_cli
 from analysis.aggregate import configured_level, pooled_speedup, trial_status
 from analysis.cost_models import MODELS, best_k, fit_extended
 from analysis.export import latex, markdown
-from analysis.load import connect, load_sweep, tidy_runs
+from analysis.load import connect, load_sweep, parse_label, tidy_runs
 from analysis.report import build_report, write_outputs
 from analysis.tables import verdict
 from src.engine.errors import SpecsweepError
@@ -167,6 +167,26 @@ def test_the_configured_level_and_the_minimum_of_pairs_come_from_the_params(data
     mixed = pd.DataFrame({"run_id": ["old", "new"], "status": ["FINISHED"] * 2,
                           "params.pairs": ["7", None], "params.pairs_min": [None, "5"]})  # `pairs`: older code
     assert tidy_runs(mixed)["pairs_min"].tolist() == [7, 5]
+
+
+def test_a_sweep_over_a_drafts_options_keeps_each_setting_a_cell_of_its_own():
+    """Runs of one draft that differ in a draft option are cells apart (they were pooled as
+    duplicates, the newest kept); options that agree, another draft's options, and an option some
+    runs never logged leave the bare name; the policy suffix follows the options."""
+    raw = pd.DataFrame({"run_id": list("abcdef"), "status": ["FINISHED"] * 6,
+                        "params.draft": ["distilled"] * 4 + ["ngram"] * 2, "params.k": ["8"] * 6,
+                        "params.seed": ["0", "0", "1", "0", "0", "1"],
+                        "params.draft.name": ["distilled"] * 4 + ["ngram"] * 2,
+                        "params.draft.order": ["6"] * 6,
+                        "params.draft.distill_chars": ["1000000", "None", "None", "None"] + [None] * 2,
+                        "params.draft.backoff": ["longest"] * 4 + [None, "longest"],
+                        "params.policy.name": ["fixed", "fixed", "fixed", "cost", "fixed", "fixed"]})
+    assert tidy_runs(raw)["draft"].tolist() == [
+        "distilled[distill_chars=1000000]", "distilled[distill_chars=None]", "distilled[distill_chars=None]",
+        "distilled[distill_chars=None]~cost", "ngram", "ngram"]
+    assert parse_label("distilled[distill_chars=None]~cost@compiled").draft == "distilled[distill_chars=None]"
+    same = raw.assign(**{"params.draft.distill_chars": ["None"] * 4 + [None] * 2})
+    assert tidy_runs(same)["draft"].tolist() == ["distilled"] * 3 + ["distilled~cost", "ngram", "ngram"]
 
 
 def test_speedup_table_verdicts_and_timing_flags(report):
