@@ -29,8 +29,8 @@ from ..trial.checks import check_inputs
 from .compose import Compositions
 from .context import SweepContext, this_process
 from .launchers import check_launcher, launcher_name, n_workers
-from .ledger import (done_cells, invocation_counts, invocation_runs, mark_lost, orphaned, sweep_trial_runs,
-                     wait_for_others)
+from .ledger import (REUSED_PREFIX, cell_of, done_cells, finished_runs, invocation_counts, invocation_runs,
+                     mark_lost, orphaned, reused_runs, sweep_trial_runs, wait_for_others)
 from .plan import PlannedJob, finished_jobs, plan_jobs, prepare_targets, previous_parent, sweep_signature
 from .progress import hms
 from .store import KIND_TAG, SWEEP
@@ -183,15 +183,23 @@ class SweepTracking(Callback):
                 log.warning("%d cell(s) still held by another launch of this sweep after %.0f s: not counted "
                             "finished; rerun the command once it ends", len(held), HELD_WAIT_S)
             counts = invocation_counts(client, ctx.experiment_id, ctx.invocation)
-            done = done_cells(client, ctx.experiment_id, ctx.code_version)
+            runs = finished_runs(client, ctx.experiment_id, ctx.code_version)
+            done = {cell_of(r) for r in runs}
             finished = sum((j.config_hash, j.target_key) in done for j in self.jobs)
+            reused = reused_runs(runs, [(j.config_hash, j.target_key) for j in self.jobs], ctx.sweep_id)
             failed = ctx.total - finished          # every planned cell without a FINISHED run
             run_now = sum(counts.values())
             wall = time.monotonic() - self.t0
             log.info("sweep %s done: %d/%d cells finished, %d failed, %d trials run now (%d lost), wall %s",
                      ctx.sweep_id, finished, ctx.total, failed, run_now, lost, hms(wall))
-            from mlflow.entities import Metric
+            from mlflow.entities import Metric, Param
+            from mlflow.exceptions import MlflowException
             now = int(time.time() * 1000)
+            try:   # params are write-once: a later close names the same (oldest) runs again
+                client.log_batch(ctx.parent_run_id, params=[Param(f"{REUSED_PREFIX}{h}", run_id)
+                                                            for h, run_id in reused.items()])
+            except MlflowException as e:
+                log.warning("could not record the %d cells done by other sweeps' runs: %s", len(reused), e)
             client.log_batch(ctx.parent_run_id, metrics=[
                 Metric("trials_finished", finished, now, 0), Metric("trials_failed", failed, now, 0),
                 Metric("trials_run_now", run_now, now, 0), Metric("trials_lost", lost, now, 0),

@@ -11,7 +11,10 @@ gets the same answer, and the parent's counts and exit status come from here.
   ended FAILED or KILLED: a retried or duplicated job can never yield a second FINISHED run of
   a cell in one sweep;
 - lost runs: a trial run still RUNNING when its launch ends (or when its sweep is resumed) had
-  its worker die under it; it is marked FAILED.
+  its worker die under it; it is marked FAILED;
+- reused runs: a cell done by another sweep's run (an earlier sweep with the same cells) is
+  recorded on the parent as the param `reused.<config_hash>` = that run's id, so the sweep's
+  analysis finds every cell it planned (analysis/load.py).
 """
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ from .store import KIND_TAG, TRIAL
 
 log = logging.getLogger(__name__)
 CLAIM_PREFIX = "claim."
+REUSED_PREFIX = "reused."
 ENDED_BADLY = ("FAILED", "KILLED")
 
 
@@ -38,11 +42,32 @@ def search_all(client, experiment_id: str, filter_string: str) -> list:
             return runs
 
 
+def finished_runs(client, experiment_id: str, code_version: str) -> list:
+    """Every FINISHED trial run with this code version."""
+    return search_all(client, experiment_id, f"tags.`{KIND_TAG}` = '{TRIAL}' and attributes.status = 'FINISHED' "
+                                             f"and tags.code_version = '{code_version}'")
+
+
+def cell_of(run) -> tuple[str, str]:
+    return run.data.tags.get("config_hash"), run.data.tags.get("target_key")
+
+
 def done_cells(client, experiment_id: str, code_version: str) -> set[tuple[str, str]]:
     """(config_hash, target_key) of every FINISHED trial run with this code version."""
-    runs = search_all(client, experiment_id, f"tags.`{KIND_TAG}` = '{TRIAL}' and attributes.status = 'FINISHED' "
-                                             f"and tags.code_version = '{code_version}'")
-    return {(r.data.tags.get("config_hash"), r.data.tags.get("target_key")) for r in runs}
+    return {cell_of(r) for r in finished_runs(client, experiment_id, code_version)}
+
+
+def reused_runs(runs: list, cells: list[tuple[str, str]], sweep_id: str) -> dict[str, str]:
+    """config_hash -> the run id of another sweep's FINISHED run that stands for the cell, for
+    each cell of `cells` that has no FINISHED run of its own sweep (resume skipped it as done):
+    the oldest such run, so that a later close names the same one."""
+    own = {cell_of(r) for r in runs if r.data.tags.get("sweep_id") == sweep_id}
+    out = {}
+    for r in sorted(runs, key=lambda r: r.info.start_time, reverse=True):
+        cell = cell_of(r)
+        if cell in cells and cell not in own:
+            out[cell[0]] = r.info.run_id
+    return out
 
 
 def is_done(client, experiment_id: str, code_version: str, config_hash: str, target_key: str) -> bool:

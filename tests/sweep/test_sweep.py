@@ -1,12 +1,14 @@
 """Configs compose; a real multirun of `smoke` lands in a fresh store, counters equal across n_jobs."""
 from __future__ import annotations
 
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
 
-from tests.conftest import runs_of, trial_counters
+from tests.conftest import runs_of, smoke_cmd, trial_counters
 
 from src.paths import REPO  # noqa: E402
 
@@ -106,3 +108,33 @@ def test_smoke_multirun_logs_one_parent_and_finished_children(smoke_stores):
 
 def test_counters_identical_across_n_jobs(smoke_stores):
     assert trial_counters(smoke_stores[1][0]) == trial_counters(smoke_stores[2][0])
+
+
+def test_a_sweep_over_cells_another_sweep_finished_names_their_runs_and_its_analysis_has_every_cell(
+        smoke_stores, tmp_path):
+    """A second sweep whose cells a first sweep finished runs none of them (resume), records the
+    runs it stands on (`reused.<config_hash>` on its parent), and its analysis has every cell it
+    planned: without the record it had none (the runs are tagged with the first sweep's id)."""
+    first = Path(smoke_stores[1][0].removeprefix("sqlite:///")).parent            # the first sweep's store
+    store = tmp_path / "store"
+    shutil.copytree(first, store)                                                 # a copy: the fixture stays as it is
+    cache = f"data.cache_dir={first.parent}/cache"    # the first sweep's own: the same configs, the same cells
+    cmd = [cache if a.startswith("data.cache_dir=") else a for a in smoke_cmd(store, 1, "draft=bigram,int8", "k=4")]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "2 cells: 2 done, 0 to run" in proc.stdout + proc.stderr
+    uri = f"sqlite:///{store}/mlflow.db"
+    _, runs = runs_of(uri)
+    trials = [r for r in runs if r.data.tags.get("specsweep.kind") == "trial"]
+    assert len(trials) == 6                                       # nothing ran again
+    second = [r for r in runs if r.data.tags.get("specsweep.kind") == "sweep" and r.data.tags["trials_planned"] == "2"]
+    assert len(second) == 1 and second[0].info.status == "FINISHED"
+    reused = {key.removeprefix("reused."): v for key, v in second[0].data.params.items() if key.startswith("reused.")}
+    assert reused == {r.data.tags["config_hash"]: r.info.run_id for r in trials
+                      if (r.data.params["draft"], r.data.params["k"]) in {("bigram", "4"), ("int8", "4")}}
+    from analysis.load import connect, load_sweep
+    data = load_sweep(connect(uri), "specsweep", second[0].data.tags["sweep_id"])
+    assert sorted(zip(data.trials["draft"], data.trials["k"])) == [("bigram", 4), ("int8", 4)]
+    assert set(data.pairs["run_id"]) == set(reused.values())     # their pair timings come along
+    whole = load_sweep(connect(uri), "specsweep", trials[0].data.tags["sweep_id"])
+    assert len(whole.trials) == 6                                 # the first sweep's analysis: its own six
