@@ -22,8 +22,7 @@ from mlflow.tracking import MlflowClient
 
 from src.engine.errors import SpecsweepError
 from src.paths import REPO
-from src.sweep.ledger import REUSED_PREFIX
-from src.sweep.store import DEFAULT_EXPERIMENT, KIND_TAG, SWEEP, TRIAL, resolve_uri
+from src.sweep.store import DEFAULT_EXPERIMENT, KIND_TAG, REUSED_PREFIX, SWEEP, TRIAL, resolve_uri
 
 log = logging.getLogger(__name__)
 

@@ -29,11 +29,11 @@ from ..trial.checks import check_inputs
 from .compose import Compositions
 from .context import SweepContext, this_process
 from .launchers import check_launcher, launcher_name, n_workers
-from .ledger import (REUSED_PREFIX, cell_of, done_cells, finished_runs, invocation_counts, invocation_runs,
+from .ledger import (cell_of, done_cells, finished_runs, invocation_counts, invocation_runs,
                      mark_lost, orphaned, reused_runs, sweep_trial_runs, wait_for_others)
 from .plan import PlannedJob, finished_jobs, plan_jobs, prepare_targets, previous_parent, sweep_signature
 from .progress import hms
-from .store import KIND_TAG, SWEEP
+from .store import KIND_TAG, REUSED_PREFIX, SWEEP
 from .targets import publish_target
 from .processes import stop_descendants
 from .store import check_uri

@@ -27,7 +27,6 @@ from .store import KIND_TAG, TRIAL
 
 log = logging.getLogger(__name__)
 CLAIM_PREFIX = "claim."
-REUSED_PREFIX = "reused."
 ENDED_BADLY = ("FAILED", "KILLED")
 
 
