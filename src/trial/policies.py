@@ -46,14 +46,19 @@ def cached_profile(spec: TrialSpec, target_key: str, measure) -> dict:
     return json.loads(path.read_text())
 
 
-def build_policy(spec: TrialSpec, model, draft, prompt: list[int], target_key: str, baseline, timed_phase) -> Policy:
+def build_policy(spec: TrialSpec, model, draft, prompt: list[int], target_key: str, baseline, timed_phase,
+                 calibration_model) -> Policy:
     """The spec's policy for this trial; `baseline` (run, chars) is the baseline loop the cost
-    profile times beside the components, inside `timed_phase` (the host's timing lock)."""
+    profile times beside the components, inside `timed_phase` (the host's timing lock), on `model`
+    (the target on the trial's engine). The acceptance map samples its calibration text from
+    `calibration_model`, the target's eager model: it is off the timed path, and on the compiled
+    engine its batch of calibration_seqs sequences would compile graphs of a shape nothing else
+    runs (one such compile took over five minutes)."""
     p = spec.policy
     if p.name != "cost":
         return make_policy(p.name, p.options, spec.k)
     o = p.options
-    accept = acceptance_map(model, draft, prompt, spec.temperature, o["calibration_seqs"],
+    accept = acceptance_map(calibration_model, draft, prompt, spec.temperature, o["calibration_seqs"],
                             min(o["calibration_chars"], model.cfg.block_size - len(prompt)), o["calibration_seed"], o["bins"])
 
     def measure():

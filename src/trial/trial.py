@@ -87,7 +87,8 @@ def run_trial(spec: TrialSpec, source: TargetSource | None = None, progress: boo
         text = target.tokenizer.decode(g.tokens[0])
         sequences = sequence_rows(g, prompts, target.tokenizer.decode)
     else:
-        metrics, timing, tokens = sequence_measurements(spec, model, draft, prompt, timed_phase, target.key)
+        metrics, timing, tokens = sequence_measurements(spec, model, draft, prompt, timed_phase, target.key,
+                                                        eager=target.model)
         text = target.tokenizer.decode(tokens)
     # loop overhead left after the measured components, per pass (used by the cost models)
     passes = metrics["target_passes"]
@@ -122,10 +123,12 @@ def policy_counters(g, k: int) -> dict:
     return m
 
 
-def sequence_measurements(spec: TrialSpec, model, draft, prompt: list[int], timed_phase, target_key: str):
+def sequence_measurements(spec: TrialSpec, model, draft, prompt: list[int], timed_phase, target_key: str,
+                          eager=None):
     """One sequence (batch 1): the counters of the trial's loop (chain or tree, its draft-length
     policy), its component costs and paired timing. timed_phase() gives the lock held around each
-    timed phase. Returns (metrics, PairedTiming, the counter run's chars)."""
+    timed phase; eager: the target's own model when `model` is it on another engine (the cost
+    policy calibrates on it). Returns (metrics, PairedTiming, the counter run's chars)."""
     device, k, n, T = spec.device, spec.k, spec.n_chars, spec.temperature
     widths = spec.tree
 
@@ -135,7 +138,8 @@ def sequence_measurements(spec: TrialSpec, model, draft, prompt: list[int], time
     def baseline():
         return generate_baseline(model, prompt, n, T, new_gen())
 
-    policy = build_policy(spec, model, draft, prompt, target_key, (baseline, n), timed_phase)
+    policy = build_policy(spec, model, draft, prompt, target_key, (baseline, n), timed_phase,
+                          model if eager is None else eager)
 
     def speculate(track_overlap=True, with_draft=draft):
         """One run of the trial's loop from its seed (with_draft: the draft, or a stand-in for it)."""
