@@ -169,15 +169,15 @@ def with_swept_options(raw: pd.DataFrame, draft: pd.Series) -> pd.Series:
     one value among that draft's runs (in the order the runs logged them); a draft whose options
     all agree keeps its bare name. A run that lacks an option others logged (another code
     version) does not split its cell."""
-    columns = [c for c in raw.columns if (m := DRAFT_OPTION.fullmatch(c)) and m.group(1) not in NOT_OPTIONS]
+    options = {c: m.group(1) for c in raw.columns if (m := DRAFT_OPTION.fullmatch(c)) and m.group(1) not in NOT_OPTIONS}
     out = draft.copy()
     for name in draft.dropna().unique():
         rows = draft == name
-        swept = [c for c in columns if raw.loc[rows, c].nunique(dropna=True) > 1]
+        swept = [c for c in options if raw.loc[rows, c].nunique(dropna=True) > 1]
         if swept:
             values = raw.loc[rows, swept].astype(str)
-            out[rows] = name + "[" + values.apply(
-                lambda r: ",".join(f"{DRAFT_OPTION.fullmatch(c).group(1)}={v}" for c, v in r.items()), axis=1) + "]"
+            out[rows] = name + "[" + values.apply(lambda r: ",".join(f"{options[c]}={v}" for c, v in r.items()),
+                                                  axis=1) + "]"
     return out
 
 

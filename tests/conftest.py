@@ -13,6 +13,7 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
+from src.engine.atomic import write_text
 from src.engine.corpus import synthetic_text
 from src.engine.drafts import BigramDraft
 from src.trial.load import build_draft, load_target
@@ -56,15 +57,11 @@ def session_folder(tmp_path_factory, name: str) -> Path:
 
 @pytest.fixture(scope="session")
 def corpus_path(tmp_path_factory) -> Path:
-    """The synthetic corpus, written once for all workers (under a lock: no worker reads it half-written)."""
-    from filelock import FileLock
-    folder = session_folder(tmp_path_factory, "corpus")
-    path = folder / "tiny.txt"
-    with FileLock(str(folder / "tiny.lock")):
-        if not path.exists():
-            tmp = folder / "tiny.tmp"
-            tmp.write_text(synthetic_text(60_000), encoding="utf-8")
-            tmp.replace(path)
+    """The synthetic corpus, one file for all workers (written atomically: no worker reads it half-written;
+    two that both write it write the same text)."""
+    path = session_folder(tmp_path_factory, "corpus") / "tiny.txt"
+    if not path.exists():
+        write_text(path, synthetic_text(60_000))
     return path
 
 

@@ -186,7 +186,7 @@ class SweepTracking(Callback):
             runs = finished_runs(client, ctx.experiment_id, ctx.code_version)
             done = {cell_of(r) for r in runs}
             finished = sum((j.config_hash, j.target_key) in done for j in self.jobs)
-            reused = reused_runs(runs, [(j.config_hash, j.target_key) for j in self.jobs], ctx.sweep_id)
+            reused = reused_runs(runs, {(j.config_hash, j.target_key) for j in self.jobs}, ctx.sweep_id)
             failed = ctx.total - finished          # every planned cell without a FINISHED run
             run_now = sum(counts.values())
             wall = time.monotonic() - self.t0
@@ -195,11 +195,12 @@ class SweepTracking(Callback):
             from mlflow.entities import Metric, Param
             from mlflow.exceptions import MlflowException
             now = int(time.time() * 1000)
-            try:   # params are write-once: a later close names the same (oldest) runs again
-                client.log_batch(ctx.parent_run_id, params=[Param(f"{REUSED_PREFIX}{h}", run_id)
-                                                            for h, run_id in reused.items()])
-            except MlflowException as e:
-                log.warning("could not record the %d cells done by other sweeps' runs: %s", len(reused), e)
+            if reused:
+                try:   # params are write-once: a later close names the same (oldest) runs again
+                    client.log_batch(ctx.parent_run_id, params=[Param(f"{REUSED_PREFIX}{h}", run_id)
+                                                                for h, run_id in reused.items()])
+                except MlflowException as e:
+                    log.warning("could not record the %d cells done by other sweeps' runs: %s", len(reused), e)
             client.log_batch(ctx.parent_run_id, metrics=[
                 Metric("trials_finished", finished, now, 0), Metric("trials_failed", failed, now, 0),
                 Metric("trials_run_now", run_now, now, 0), Metric("trials_lost", lost, now, 0),

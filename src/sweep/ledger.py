@@ -56,7 +56,7 @@ def done_cells(client, experiment_id: str, code_version: str) -> set[tuple[str, 
     return {cell_of(r) for r in finished_runs(client, experiment_id, code_version)}
 
 
-def reused_runs(runs: list, cells: list[tuple[str, str]], sweep_id: str) -> dict[str, str]:
+def reused_runs(runs: list, cells: set[tuple[str, str]], sweep_id: str) -> dict[str, str]:
     """config_hash -> the run id of another sweep's FINISHED run that stands for the cell, for
     each cell of `cells` that has no FINISHED run of its own sweep (resume skipped it as done):
     the oldest such run, so that a later close names the same one."""

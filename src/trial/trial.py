@@ -124,10 +124,10 @@ def policy_counters(g, k: int) -> dict:
 
 
 def sequence_measurements(spec: TrialSpec, model, draft, prompt: list[int], timed_phase, target_key: str,
-                          eager=None):
+                          eager):
     """One sequence (batch 1): the counters of the trial's loop (chain or tree, its draft-length
     policy), its component costs and paired timing. timed_phase() gives the lock held around each
-    timed phase; eager: the target's own model when `model` is it on another engine (the cost
+    timed phase; eager: the target's own model (`model` is it on the trial's engine; the cost
     policy calibrates on it). Returns (metrics, PairedTiming, the counter run's chars)."""
     device, k, n, T = spec.device, spec.k, spec.n_chars, spec.temperature
     widths = spec.tree
@@ -138,8 +138,7 @@ def sequence_measurements(spec: TrialSpec, model, draft, prompt: list[int], time
     def baseline():
         return generate_baseline(model, prompt, n, T, new_gen())
 
-    policy = build_policy(spec, model, draft, prompt, target_key, (baseline, n), timed_phase,
-                          model if eager is None else eager)
+    policy = build_policy(spec, model, draft, prompt, target_key, (baseline, n), timed_phase, eager)
 
     def speculate(track_overlap=True, with_draft=draft):
         """One run of the trial's loop from its seed (with_draft: the draft, or a stand-in for it)."""
