@@ -86,13 +86,23 @@ def test_eight_writers_through_a_local_tracking_server(tmp_path):
 
 
 def running_trial(uri: str, proc, job_num: str, timeout: float = 300) -> dict:
-    """{"pid", "run_id"} of the sweep's job `job_num` once its run is RUNNING on the server."""
+    """{"pid", "run_id"} of the sweep's job `job_num` once its run is RUNNING on the server.
+
+    The store is first opened under the sweep's own store lock, once its file exists: an MLflow
+    client creates the schema on first use, and one racing the sweep's set-up breaks it."""
     from mlflow.tracking import MlflowClient
+    from src.sweep.tracking import store_lock
     deadline = time.time() + timeout
+    client = exp = None
     while True:
-        assert proc.poll() is None and time.time() < deadline, f"trial #{job_num} never started"
-        client = MlflowClient(uri)
-        exp = client.get_experiment_by_name("specsweep") if os.path.exists(uri.removeprefix("sqlite:///")) else None
+        if proc.poll() is not None:
+            raise AssertionError(f"trial #{job_num} never started: the sweep exited {proc.returncode}:\n"
+                                 + (proc.stdout.read() if proc.stdout else "")[-3000:])
+        assert time.time() < deadline, f"trial #{job_num} never started within {timeout} s"
+        if exp is None and os.path.exists(uri.removeprefix("sqlite:///")):
+            with store_lock(uri):   # the sweep holds it while it creates the schema and the experiment
+                client = MlflowClient(uri)
+                exp = client.get_experiment_by_name("specsweep")
         runs = client.search_runs([exp.experiment_id], f"tags.job_num = '{job_num}' and attributes.status = "
                                   "'RUNNING'") if exp else []
         if runs:
