@@ -131,20 +131,26 @@ def work_unit(nodeid: str) -> str:
     return "one_worker" if nodeid.split("::")[0].endswith(ONE_WORKER_FILES) else nodeid
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_xdist_make_scheduler(config, log):
-    """--dist loadgroup, with the groups given by file. xdist 3.8 groups marked tests by renaming
-    their node ids, which pytest 9 no longer lets it do: every `xdist_group` test was scheduled
-    alone, and two Ray clusters ran at once. Here the scheduler itself groups them; it sends the
-    largest unit (the cluster tests) first, so the long group does not run last, alone."""
-    if config.getvalue("dist") != "loadgroup":
-        return None
-    from xdist.scheduler import LoadScopeScheduling
+class OneWorkerScheduling:
+    """The scheduler hook, registered only where pytest-xdist is loaded (pytest_configure below):
+    a hook of a plugin that is not loaded is an unknown hook, which pytest refuses at start-up
+    (`pytest -p no:xdist` would stop with an internal error)."""
 
-    class OneWorkerFiles(LoadScopeScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            return work_unit(nodeid)
-    return OneWorkerFiles(config, log)
+    @staticmethod
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_xdist_make_scheduler(config, log):
+        """--dist loadgroup, with the groups given by file. xdist 3.8 groups marked tests by renaming
+        their node ids, which pytest 9 no longer lets it do: every `xdist_group` test was scheduled
+        alone, and two Ray clusters ran at once. Here the scheduler itself groups them; it sends the
+        largest unit (the cluster tests) first, so the long group does not run last, alone."""
+        if config.getvalue("dist") != "loadgroup":
+            return None
+        from xdist.scheduler import LoadScopeScheduling
+
+        class OneWorkerFiles(LoadScopeScheduling):
+            def _split_scope(self, nodeid: str) -> str:
+                return work_unit(nodeid)
+        return OneWorkerFiles(config, log)
 COUNTERS = ["acceptance", "position_acceptance", "analytic_acceptance", "chars_per_pass", "target_passes",
             "proposed", "accepted", "acceptance_pos_1"]
 
@@ -225,6 +231,8 @@ def pytest_terminal_summary(terminalreporter):
 
 
 def pytest_configure(config):
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(OneWorkerScheduling(), "one_worker_scheduling")
     config.addinivalue_line("markers", "slow: a test of minutes (real sweeps, servers, long sampling); "
                                        "`make test-fast` skips them, `make test` runs them")
     # One torch thread for the tests' own tensor work (tiny models gain nothing from two): with

@@ -13,3 +13,15 @@ def test_the_cluster_files_are_one_unit_of_work_and_every_other_test_its_own():
     for other in ("tests/engine/test_decode.py::test_greedy[bigram-1]", "tests/tools/test_bench_noise.py::test_x",
                   "tests/tools/test_cluster_helpers.py::test_y"):
         assert work_unit(other) == other
+
+
+def test_the_suite_runs_without_pytest_xdist():
+    """The scheduler hook is xdist's own: with xdist not loaded, pytest still starts and runs a test
+    (an unknown hook would stop it at start-up with an internal error)."""
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "-q",
+                           "tests/test_scheduling.py::test_the_cluster_files_are_one_unit_of_work_and_every_other_test_its_own"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "1 passed" in proc.stdout
