@@ -85,7 +85,7 @@ def build_report(data: SweepData, boots: int = BOOTSTRAP) -> Report:
               optional(fit_table, models),
               optional(outliers_table, models),
               optional(best_k_table, cells),
-              optional(policies_table, cells),
+              optional(policies_table, cells, data.pairs, configured_level(finished)),
               optional(drafted_table, finished),
               optional(exactness_table, finished)]
     return Report(data, status, cells, models, [t for t in tables if t is not None])

@@ -2,20 +2,38 @@
 lengths, and the cost models' use of a policy's mean drafted length. Planted cells and trials."""
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from analysis.cost_models import Extended, drafted_per_pass, seed_formula
 from analysis.load import Label, parse_label
+from analysis.aggregate import pooled_speedup
 from analysis.policies import drafted_table, policies_table
 
 
-def cells() -> pd.DataFrame:
-    rows = [("ngram", 4, 2.0, 1.9, 2.1), ("ngram", 8, 2.2, 2.1, 2.3),            # best fixed: k = 8
-            ("ngram~heuristic", 8, 2.3, 2.2, 2.4), ("ngram~heuristic", 16, 2.25, 2.1, 2.4),
-            ("ngram~cost", 16, 2.6, 2.45, 2.7),                                    # clear of the fixed interval
-            ("int8", 1, 0.8, 0.75, 0.85), ("int8~confidence", 4, 0.7, 0.65, 0.74)]
-    return pd.DataFrame(rows, columns=["draft", "k", "measured", "lo", "hi"])
+# (label, k) -> the centre of its planted pair ratios
+CENTRES = {("ngram", 4): 2.0, ("ngram", 8): 2.2,                                # best fixed: k = 8
+           ("ngram~heuristic", 8): 2.25, ("ngram~heuristic", 16): 2.2,           # +2%: within the seeds' spread
+           ("ngram~cost", 16): 2.9,                                             # +32%: clear of it
+           ("int8", 1): 0.8, ("int8~confidence", 4): 0.6}                       # -25%
+LEVEL = 0.95
+
+
+def planted_pairs(seeds: int = 5, seed_sd: float = 0.08) -> pd.DataFrame:
+    """Each cell's seeds move its speedup by a lognormal factor (seed_sd), their 12 pairs scatter 2%
+    around it."""
+    rng = np.random.default_rng(0)
+    rows = []
+    for (label, k), centre in CENTRES.items():
+        for seed in range(seeds):
+            level = centre * np.exp(rng.normal(0, seed_sd))
+            rows += [(label, k, seed, i, level * np.exp(rng.normal(0, 0.02))) for i in range(12)]
+    return pd.DataFrame(rows, columns=["draft", "k", "seed", "pair", "ratio"])
+
+
+def cells(pairs: pd.DataFrame) -> pd.DataFrame:
+    return pooled_speedup(pairs, LEVEL).rename(columns={"median": "measured"})
 
 
 def test_labels_carry_the_policy():
@@ -24,13 +42,25 @@ def test_labels_carry_the_policy():
 
 
 def test_each_policy_against_the_best_fixed_k():
-    df = policies_table(cells()).df.set_index(["draft", "policy"])
+    pairs = planted_pairs()
+    df = policies_table(cells(pairs), pairs, LEVEL).df.set_index(["draft", "policy"])
     h = df.loc[("ngram", "heuristic")]
-    assert (h["best cap"], h["best fixed k"]) == (8, 8)
-    assert h["gain"] == pytest.approx(2.3 / 2.2 - 1) and h["told apart"] == "no (intervals overlap)"
-    assert df.loc[("ngram", "cost"), "told apart"] == "better"            # 2.45 > 2.3
-    assert df.loc[("int8", "confidence"), "told apart"] == "worse"        # 0.74 < 0.75
-    assert policies_table(cells()[~cells()["draft"].str.contains("~")]) is None
+    assert (h["best fixed k"], h["fixed speedup"]) == (8, cells(pairs).set_index(["draft", "k"]).loc[("ngram", 8), "measured"])
+    assert h["gain"] == pytest.approx(h["speedup"] / h["fixed speedup"] - 1)
+    assert h["gain lo"] < 0 < h["gain hi"] and h["told apart"] == "no (the gain's interval spans 0)"
+    cost = df.loc[("ngram", "cost")]
+    assert cost["best cap"] == 16 and cost["told apart"] == "better" and 0 < cost["gain lo"] < 0.32 < cost["gain hi"]
+    assert df.loc[("int8", "confidence"), "told apart"] == "worse"
+    only_fixed = pairs[~pairs["draft"].str.contains("~")]
+    assert policies_table(cells(only_fixed), only_fixed, LEVEL) is None
+
+
+def test_a_cell_without_pairs_is_not_told_apart():
+    pairs = planted_pairs()
+    c = cells(pairs)
+    kept = pairs[pairs["draft"] != "ngram~cost"]          # the cell is in the table, its pairs are not
+    row = policies_table(c, kept, LEVEL).df.set_index(["draft", "policy"]).loc[("ngram", "cost")]
+    assert np.isnan(row["gain lo"]) and row["told apart"] == "no pairs to tell"
 
 
 def test_the_drafted_table_and_the_formulas_use_the_mean_drafted_length():
