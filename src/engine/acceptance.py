@@ -8,8 +8,8 @@ acceptance on it, or the speculative loop's own passes (counters only).
   that a draft's first char is accepted there (the per-position acceptance a of the i.i.d.
   formula).
 - `chain_survival`: S_i = P(drafts 1..i of a chain are all accepted), i = 1..k, at prefixes cut
-  from that text: the chain is drawn from the draft (`Draft.sample_chain`), the target scores it
-  in one forward, and `survival` turns (p, q, drafts) into S_i. A pass then emits
+  from that text (`drawn_chains`): the chain is drawn from the draft (`Draft.sample_chain`), the
+  target scores it in one forward, and `survival` turns (p, q, drafts) into S_i. A pass then emits
   1 + S_1 + ... + S_k chars on average, whatever the dependence between positions, if passes
   started at uniform positions of target text (they do not: see the next item, which
   analysis.predict uses; this one is the comparison).
@@ -19,6 +19,9 @@ acceptance on it, or the speculative loop's own passes (counters only).
   after a full accept's bonus char. On the medium target the uniform prefixes overstated the
   chars per pass by 2-7% (ngram k=8: 5.03 against 4.68 at the loop's own pass starts and 4.85
   counted over the same 669 passes).
+- `chain_acceptance`: per drawn chain, each draft's chance to be kept once reached and its
+  expectation before it is drawn (src/bench/policy_ceiling.py bounds what a draft-length policy
+  can gain with them).
 - `acceptance_map`: the draft-length policy `cost`'s estimate of a drafted char's acceptance from
   the draft's own q(d) (src/engine/policy.py), calibrated on that text.
 - `tree_chars`: the same for a tree of drafts (src/engine/tree.py): trees drawn at prefixes of that
@@ -31,7 +34,7 @@ import torch
 
 from .decode import generate_speculative, prefill
 from .policy import AcceptanceMap
-from .sampling import overlap, probs_from_logits, residual_weights, survival
+from .sampling import kept_probs, overlap, probs_from_logits, residual_weights, survival
 from .tree import TreeMasks, build_tree, max_nodes, tree_verify
 
 
@@ -86,27 +89,46 @@ def mean_overlap(draft, seq: torch.Tensor, p: torch.Tensor, temperature: float =
 
 
 @torch.no_grad()
-def chain_survival(target, draft, seq: torch.Tensor, n: int, k: int, temperature: float, seed: int,
-                   every: int = 8) -> torch.Tensor:
-    """S_1..S_k (`survival`) at prefixes cut from the sampled text seq (B, P + n): every `every`-th
+def drawn_chains(target, draft, seq: torch.Tensor, n: int, k: int, temperature: float, seed: int, every: int):
+    """Yields (p, q, drafts) per prefix cut from the sampled text seq (B, P + n): every `every`-th
     length P, P + every, ... that leaves room for k drafts in the target's context window. At each
-    cut the B prefixes draw one chain each from the draft, and the target scores prefix + chain
-    in one full forward. Returns (k,), the mean over cuts and chains."""
+    cut the B prefixes draw one chain each from the draft, and the target scores prefix + chain in
+    one full forward: p, q (B, k, V) the target's and the draft's distributions at the drafted
+    positions (q the law each draft was drawn from), drafts (B, k) ids."""
     gen = torch.Generator().manual_seed(seed)
     P = seq.shape[1] - n
     cuts = [L for L in range(P, P + n, every) if L + k <= target.cfg.block_size]
     if not cuts:
         raise ValueError(f"no prefix of the sampled text leaves room for {k} drafts in the context window")
-    out = []
     with target.cache_set_aside():
         for L in cuts:
             prefix = seq[:, :L]                                                        # (B, L)
             draft.reset()
             drafts, q = draft.sample_chain(prefix, k, temperature, gen)                # (B, k), (B, k, V)
             logits = target(torch.cat([prefix, drafts], 1))[:, L - 1:L - 1 + k]        # (B, k, V)
-            out.append(survival(probs_from_logits(logits, temperature), q, drafts))
+            yield probs_from_logits(logits, temperature), q, drafts
     draft.reset()
-    return torch.stack(out).mean(0)
+
+
+@torch.no_grad()
+def chain_survival(target, draft, seq: torch.Tensor, n: int, k: int, temperature: float, seed: int,
+                   every: int = 8) -> torch.Tensor:
+    """S_1..S_k (`survival`) over the chains of `drawn_chains`: (k,), the mean over cuts and chains."""
+    return torch.stack([survival(p, q, d) for p, q, d in
+                        drawn_chains(target, draft, seq, n, k, temperature, seed, every)]).mean(0)
+
+
+@torch.no_grad()
+def chain_acceptance(target, draft, seq: torch.Tensor, n: int, k: int, temperature: float, seed: int,
+                     every: int = 8) -> tuple[torch.Tensor, torch.Tensor]:
+    """(r, beta), each (C, k) over the C chains of `drawn_chains` (all cuts, all sequences): r the
+    probability each drawn draft is kept once reached (`kept_probs`), beta = sum_x min(p, q) at its
+    position, its expectation before the draft is drawn (`overlap`)."""
+    rs, betas = [], []
+    for p, q, d in drawn_chains(target, draft, seq, n, k, temperature, seed, every):
+        rs.append(kept_probs(p, q, d))
+        betas.append(overlap(p, q))
+    return torch.cat(rs), torch.cat(betas)
 
 
 def expected_accepted(P: list[list[float]], tree) -> float:

@@ -164,18 +164,25 @@ def overlap(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return torch.minimum(p, q).sum(-1)
 
 
+def kept_probs(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor) -> torch.Tensor:
+    """r_j = min(1, p_j(d_j) / q_j(d_j)): (B, k), the probability the acceptance test keeps drawn
+    draft j once it is reached. p, q: (B, k, V), the target's and the draft's distributions at
+    drafted position j (q the law d_j was drawn from); drafts: (B, k) ids."""
+    pick = drafts.unsqueeze(-1)                                                        # (B, k, 1)
+    return (p.gather(-1, pick) / q.gather(-1, pick)).clamp(max=1.0).squeeze(-1)        # (B, k)
+
+
 def survival(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor) -> torch.Tensor:
     """S_i = P(drafts 1..i all accepted), i = 1..k, averaged over B chains.
 
     p, q: (B, k, V), the target's and the draft's distributions at drafted position i (q the
     law d_i was drawn from); drafts: (B, k) ids. Given the drawn chain, draft j is accepted with
-    probability r_j = min(1, p_j(d_j) / q_j(d_j)), independently of the others (its own uniform),
-    and, given d_1..d_{i-1}, draft i with probability beta_i = sum_x min(p_i(x), q_i(x)) (d_i
-    averaged out). So
+    probability r_j = min(1, p_j(d_j) / q_j(d_j)) (`kept_probs`), independently of the others (its
+    own uniform), and, given d_1..d_{i-1}, draft i with probability beta_i = sum_x min(p_i(x), q_i(x))
+    (d_i averaged out). So
         S_i = mean over chains of  r_1 ... r_{i-1} beta_i,
     an unbiased estimate of the probability the loop keeps draft i (the last factor exact)."""
-    pick = drafts.unsqueeze(-1)                                                        # (B, k, 1)
-    r = (p.gather(-1, pick) / q.gather(-1, pick)).clamp(max=1.0).squeeze(-1)           # (B, k)
+    r = kept_probs(p, q, drafts)                                                       # (B, k)
     before = torch.cumprod(torch.cat([torch.ones_like(r[:, :1]), r[:, :-1]], 1), 1)    # (B, k): prod_{j<i} r_j
     return (before * overlap(p, q)).mean(0)                                            # (k,)
 
