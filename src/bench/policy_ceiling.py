@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+import warnings
 
 import torch
 from hydra import compose, initialize_config_dir
@@ -41,6 +42,9 @@ from ..engine.errors import SpecsweepError
 from ..paths import CONF_DIR
 from ..trial.load import build_draft, load_target
 from ..trial.spec import trial_spec
+
+# the launcher configs merge onto the plugins' schemas on purpose (see src/sweep/__init__.py)
+warnings.filterwarnings("ignore", message=r"(?s).*is validated against ConfigStore schema with the same name")
 
 
 def pass_chars(r: torch.Tensor) -> torch.Tensor:
