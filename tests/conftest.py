@@ -151,6 +151,8 @@ class OneWorkerScheduling:
             def _split_scope(self, nodeid: str) -> str:
                 return work_unit(nodeid)
         return OneWorkerFiles(config, log)
+
+
 COUNTERS = ["acceptance", "position_acceptance", "analytic_acceptance", "chars_per_pass", "target_passes",
             "proposed", "accepted", "acceptance_pos_1"]
 

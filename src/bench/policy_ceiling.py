@@ -89,10 +89,11 @@ def oracle_lengths(r: torch.Tensor, price: float, overhead: float, max_iter: int
     lam, each chain takes argmax_i E_c(i) - lam T(i); lam becomes the rate of those lengths; it
     rises until it stops changing, at the optimum)."""
     E, T = pass_chars(r)[:, 1:], pass_cost(r.shape[1], price, overhead)[1:]         # (C, K), (K,)
-    lam = float(fixed_rates(r, price, overhead).max())
+    lam = float((E.mean(0) / T).max())                                               # the best fixed k's rate
     for _ in range(max_iter):
-        lengths = (E - lam * T).argmax(1) + 1
-        new = lengths_rate(r, lengths, price, overhead)
+        pick = (E - lam * T).argmax(1)                                               # (C,): length - 1
+        new = float(E.gather(1, pick[:, None]).sum() / T[pick].sum())
+        lengths = pick + 1
         if new <= lam * (1 + 1e-12):
             return lengths
         lam = new
@@ -131,19 +132,20 @@ def main() -> None:
         sys.exit(f"error: --prices takes numbers, got {args.prices!r}")
     if not prices or min(prices) < 0 or args.overhead < 0 or args.cap < 1 or args.every < 1:
         sys.exit("error: --prices and --overhead must be >= 0, --cap and --every >= 1")
-    rows = []
+    rows, target = [], None
     try:
         for name in [d for d in args.drafts.split(",") if d]:
             with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
                 cfg = compose("config", overrides=[f"draft={name}"])
             spec = trial_spec(cfg)
-            torch.set_num_threads(spec.threads)
-            corpus, target = load_target(spec.target, progress=False)
+            if target is None:   # one target and one sampled text for every draft (only the draft differs)
+                torch.set_num_threads(spec.threads)
+                corpus, target = load_target(spec.target, progress=False)
+                prompt = target.tokenizer.encode(cfg.prompt).tolist()
+                n = min(args.chars, target.model.cfg.block_size - len(prompt) - args.cap)
+                seq, _ = sample_text(target.model, prompt, args.seqs, n, args.seed)
             draft = build_draft(spec.draft, spec.target, target, corpus)
-            prompt = target.tokenizer.encode(cfg.prompt).tolist()
-            n = min(args.chars, target.model.cfg.block_size - len(prompt) - args.cap)
             t0 = time.perf_counter()
-            seq, _ = sample_text(target.model, prompt, args.seqs, n, args.seed)
             r, beta = chain_acceptance(target.model, draft, seq, n, args.cap, 1.0, args.seed + 1, args.every)
             print(f"{name}: {r.shape[0]} chains of {args.cap} ({time.perf_counter() - t0:.0f} s)", flush=True)
             rows += ceiling_rows(name, r, beta, prices, args.overhead)
