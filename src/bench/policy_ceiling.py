@@ -154,7 +154,7 @@ def main() -> None:
     except Exception as e:  # noqa: BLE001 - a config error from Hydra: one line, not a traceback
         if type(e).__module__.split(".")[0] not in ("hydra", "omegaconf"):
             raise
-        sys.exit(f"error: {e}")
+        sys.exit(f"error: {str(e).splitlines()[0]} (the drafts: conf/draft/*.yaml)")
     print(f"\nT = 1, cap {args.cap}, o = {args.overhead}; rates in chars per one-char target pass; "
           "gains against the best fixed k at the same price")
     print("\n| draft | beta_1 | b + c | best fixed k | fixed | informed rule (mean len) | oracle (mean len) |")
