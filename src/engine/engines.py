@@ -19,6 +19,10 @@ run on the same engine.
   graph once (keyed by the graph, its weights and shapes: target, draft, width). A model whose
   graph cannot be compiled falls back to eager, said in `fallbacks`.
 
+- `transformers`: Hugging Face transformers' own `generate` runs both arms (src/engine/library.py,
+  src/trial/library.py); `wrap` leaves the tool's model eager (the exactness check and the
+  conversion read it).
+
 A model draft's own model runs on the trial's engine too (`wrap_draft`).
 """
 from __future__ import annotations
@@ -35,7 +39,7 @@ from .model import Transformer
 
 log = logging.getLogger(__name__)
 
-ENGINES = ("eager", "compiled", "onnx")
+ENGINES = ("eager", "compiled", "onnx", "transformers")
 
 
 class Engine:
@@ -50,8 +54,8 @@ class Engine:
         self.runners: list = []   # CompiledModel or OnnxModel, one per wrapped model
 
     def wrap(self, model: Transformer, label: str = "target"):
-        """The model as this engine runs it (eager: the model itself)."""
-        if self.name == "eager":
+        """The model as this engine runs it (eager, transformers: the model itself)."""
+        if self.name in ("eager", "transformers"):
             return model
         if self.name == "onnx":
             from .onnx_engine import OnnxModel
@@ -64,7 +68,7 @@ class Engine:
     def wrap_draft(self, draft) -> None:
         """Run a model draft's own model (ModelDraft.model) on this engine, in place."""
         inner = getattr(draft, "model", None)
-        if self.name != "eager" and isinstance(inner, Transformer):
+        if self.name not in ("eager", "transformers") and isinstance(inner, Transformer):
             draft.model = self.wrap(inner, f"draft {draft.name}")
 
     def compile_report(self) -> dict:

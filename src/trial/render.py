@@ -35,8 +35,8 @@ def trial_block(spec: TrialSpec, r: TrialResult) -> str:
         + (f"  batch={spec.batch} ({spec.batch_prompts} prompts)" if spec.batch > 1 else "")
         + (f"  policy={spec.policy.name} (k is the cap)" if spec.policy.name != "fixed" else ""),
         f"target {r.info['target_key']}: {r.info['target_params']} params, val loss {r.info['target_val_loss']:.4f} nats/char",
-        f"acceptance        {m['acceptance']:.3f}  (per tested position {m['position_acceptance']:.3f}, "
-        f"analytic {m['analytic_acceptance']:.3f})",
+        f"acceptance        {m['acceptance']:.3f}  (per tested position {m['position_acceptance']:.3f}"
+        + (f", analytic {m['analytic_acceptance']:.3f})" if "analytic_acceptance" in m else ")"),
         f"P(draft i kept)   {per_pos}" + ("  (tree: P(path reaches depth i))" if tree else ""),
         f"chars per pass    {m['chars_per_pass']:.2f}   target passes {m['target_passes']} (baseline {m['baseline_passes']})",
         f"cost              target pass {m['target_pass_us']:.0f} us, verify pass ({verify_size}) {m['verify_pass_us']:.0f} us, "
@@ -48,14 +48,19 @@ def trial_block(spec: TrialSpec, r: TrialResult) -> str:
         + (f"{m['nodes_per_pass']:.1f} nodes per pass x c)" if tree else "k c)"),
     ]
     if "drafted_mean" in m:  # an adaptive policy: how long its passes were
-        dist = " ".join(f"{m[f'drafted_len_{j}']:.2f}" for j in range(1, k + 1))
-        lines.insert(4, f"drafted per pass  {m['drafted_mean']:.2f} mean; share of passes drafting 1..{k}: {dist}")
+        first = 0 if "drafted_len_0" in m else 1   # the library's passes may draft none (no lookup match)
+        dist = " ".join(f"{m[f'drafted_len_{j}']:.2f}" for j in range(first, k + 1))
+        lines.insert(4, f"drafted per pass  {m['drafted_mean']:.2f} mean; share of passes drafting {first}..{k}: {dist}")
     if "seq_chars_per_pass" in m:  # a batch: each sequence's own rate beside the batch's, and throughput
         lines.insert(5, f"sequences         {spec.batch}: own chars per pass {m['seq_chars_per_pass']:.2f} mean "
                         f"[{m['seq_chars_per_pass_min']:.2f}-{m['seq_chars_per_pass_max']:.2f}], {m['seq_passes_mean']:.1f} "
                         f"passes mean (the batch waits for its slowest: {m['target_passes']})")
         lines.insert(-1, f"throughput        {m['baseline_chars_per_s']:.0f} chars/s baseline, "
                          f"{m['speculative_chars_per_s']:.0f} speculative (all {spec.batch} sequences, median runs)")
+    if "assistant_forwards" in m:  # transformers' loop: what its framework adds per step
+        lines.insert(6, f"library loop      plain generate {m['base_pass_us']:.0f} us/char ({m['target_per_base']:.2f} of it "
+                        f"the one-char pass); loop work {m['overhead_us_per_pass']:.0f} us/pass beyond verify and "
+                        f"drafting; assistant forwards {m['assistant_forwards']:.0f}")
     if "compile_s" in m:
         lines.insert(6, f"compiled          {m['compiled_graphs']:.0f} graphs in {m['compile_s']:.1f} s (untimed: the "
                         f"counter run and the warm-ups)")

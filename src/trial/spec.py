@@ -68,7 +68,7 @@ class TimingSpec:
 
 @dataclass(frozen=True)
 class EngineSpec:
-    name: str                    # eager | compiled (src/engine/engines.py)
+    name: str                    # eager | compiled | onnx | transformers (src/engine/engines.py)
     mode: str | None             # torch.compile's mode
     options: dict                # inductor options
 
@@ -364,6 +364,7 @@ def trial_spec(config) -> TrialSpec:
     check_draft(draft, target, k, need)
     batch, batch_prompts = batch_settings(c, tree, engine, draft)
     policy = policy_spec(c.sub("policy").node, tree, batch)
+    check_library(engine, draft, tree, policy)
     e = _Reader(config).sub("exactness")
     samples = integer("exactness.samples", e["samples"], 1)
     return TrialSpec(target=target, draft=draft, k=k, tree=tree, seed=integer("seed", c["seed"], 0), n_chars=n_chars,
@@ -371,6 +372,32 @@ def trial_spec(config) -> TrialSpec:
                      device=device, timing=timing_spec(c.sub("timing").node), engine=engine,
                      exactness_samples=samples if boolean("exactness.enabled", e["enabled"]) else None,
                      batch=batch, batch_prompts=batch_prompts, policy=policy)
+
+
+LIBRARY_POLICIES = ("fixed", "heuristic", "confidence")   # those with a counterpart in transformers
+
+
+def check_library(engine: EngineSpec, draft: DraftSpec, tree, policy: "PolicySpec") -> None:
+    """engine=transformers runs what transformers' generate can run: a draft with a counterpart there
+    (an assistant model or prompt lookup), a chain, a policy transformers has; a draft of the
+    library's loop only (prompt lookup) runs nowhere else. Each refused in one line."""
+    cls = draft_class(draft.cls)
+    if engine.name != "transformers":
+        if getattr(cls, "library_only", False):
+            raise SpecsweepError(f"draft {draft.name!r} runs in transformers' loop only: use engine=transformers "
+                                 "(the tool's own n-gram draft is draft=ngram)")
+        return
+    library = getattr(cls, "library", None)
+    if library is None:
+        raise SpecsweepError(f"draft {draft.name!r} has no counterpart in transformers' generate: use a model draft "
+                             "(int8, int4, small_model) or draft=prompt_lookup with engine=transformers")
+    if tree is not None:
+        raise SpecsweepError("engine=transformers verifies chains only: use verify=chain")
+    if policy.name not in LIBRARY_POLICIES:
+        raise SpecsweepError(f"policy={policy.name} has no counterpart in transformers' generate: use "
+                             f"{', '.join(LIBRARY_POLICIES)} with engine=transformers")
+    if library == "prompt_lookup" and policy.name != "fixed":
+        raise SpecsweepError(f"policy={policy.name}: prompt lookup drafts up to k tokens by its own rule; use policy=fixed")
 
 
 POLICY_OPTIONS = {"fixed": (), "heuristic": ("start",), "confidence": ("threshold",),
@@ -421,8 +448,8 @@ def batch_settings(c: _Reader, tree, engine: EngineSpec, draft: DraftSpec) -> tu
         return batch, prompts
     if tree is not None:
         raise SpecsweepError(f"batch={batch} decodes chains only: use verify=chain (or batch=1 for a tree)")
-    if engine.name == "onnx":
-        raise SpecsweepError(f"batch={batch}: engine=onnx runs one sequence; use engine=eager or engine=compiled")
+    if engine.name in ("onnx", "transformers"):
+        raise SpecsweepError(f"batch={batch}: engine={engine.name} runs one sequence; use engine=eager or engine=compiled")
     if not getattr(draft_class(draft.cls), "batched", False):
         raise SpecsweepError(f"batch={batch}: draft {draft.name!r} drafts one sequence at a time; use batch=1")
     return batch, prompts

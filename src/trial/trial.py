@@ -22,6 +22,7 @@ from ..engine.tree import generate_tree, max_nodes
 from .batched import batch_measurements, batch_prompts, sequence_rows
 from .policies import build_policy
 from .checks import check_inputs
+from .library import library_measurements
 from .load import TargetSource, build_draft, draft_model_key, load_target
 from .lock import timing_lock
 from .spec import TrialSpec, tree_label
@@ -81,7 +82,10 @@ def run_trial(spec: TrialSpec, source: TargetSource | None = None, progress: boo
     def timed_phase():
         return lock if lock is not None else timing_lock(spec.timing)
     sequences = []
-    if spec.batch > 1:
+    if spec.engine.name == "transformers":   # both arms through transformers' generate
+        metrics, timing, tokens = library_measurements(spec, target.model, draft, prompt, timed_phase)
+        text = target.tokenizer.decode(tokens)
+    elif spec.batch > 1:
         prompts = batch_prompts(spec, corpus, target.tokenizer)
         metrics, timing, g = batch_measurements(spec, model, draft, prompts, timed_phase)
         text = target.tokenizer.decode(g.tokens[0])

@@ -1,4 +1,5 @@
-"""Draft models. Each is built from its `conf/draft/NAME.yaml` by Hydra's instantiate."""
+"""Draft models. Each is built from its `conf/draft/NAME.yaml`: src/trial/load.py imports the class its
+`_target_` names and calls it with the file's options (build_draft)."""
 from .base import Draft
 from .bigram import BigramDraft
 from .distilled import DistilledDraft
@@ -6,8 +7,9 @@ from .heads import HeadsDraft
 from .int8_kernels import Int8KernelDraft
 from .model_draft import ModelDraft
 from .ngram import NgramDraft
+from .prompt_lookup import PromptLookupDraft
 from .quantized import QuantizedDraft
 from .table import TableDraft
 
 __all__ = ["Draft", "BigramDraft", "DistilledDraft", "HeadsDraft", "Int8KernelDraft", "ModelDraft", "NgramDraft",
-           "QuantizedDraft", "TableDraft"]
+           "PromptLookupDraft", "QuantizedDraft", "TableDraft"]

@@ -28,6 +28,12 @@ class Draft:
     # a draft whose proposal depends only on the committed chars and its uniforms (the table
     # drafts) with the default below, a draft with state per sequence by overriding it
     batched: bool = False
+    # Its counterpart in transformers' loop (engine=transformers, src/engine/library.py): "assistant"
+    # (a model draft whose `model` is a Transformer, passed as `assistant_model`), "prompt_lookup"
+    # (transformers' prompt lookup), or None: no counterpart, refused there before any work.
+    library: str | None = None
+    # True for a draft that runs in transformers' loop only (prompt_lookup): refused on the tool's engines
+    library_only: bool = False
 
     def __init__(self, target: Transformer, train_ids: torch.Tensor, name: str | None = None):
         self.name = name or self.name

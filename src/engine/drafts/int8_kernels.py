@@ -15,6 +15,7 @@ from .model_draft import ModelDraft
 
 class Int8KernelDraft(ModelDraft):
     name = "int8_kernels"
+    library = None   # its packed int8 Linear layers have no GPT-2 counterpart in transformers
 
     @classmethod
     def check_options(cls, *, engine, calibration_windows, **_) -> None:

@@ -22,6 +22,7 @@ from .base import Draft
 class ModelDraft(Draft):
     name = "model"
     batched = True
+    library = "assistant"   # engine=transformers: converted to a GPT2LMHeadModel, the assistant_model
 
     def __init__(self, target: Transformer, train_ids, name: str | None = None, model: Transformer | None = None):
         super().__init__(target, train_ids, name)

@@ -1,0 +1,289 @@
+"""The library's loop: Hugging Face transformers' own `generate` runs both arms of a trial.
+
+`to_transformers(model)` converts the tool's `Transformer` into a `GPT2LMHeadModel` with the same
+function: the default target is GPT-2's architecture without biases (learned positions, pre-LN
+blocks, an erf-GELU MLP of width 4 d_model), so the weights are copied (Conv1D keeps nn.Linear's
+weight transposed), every bias is zero and the head is untied. `tests/engine/test_library.py`
+checks the logits equal the tool's eager forward at every position within float32 tolerance.
+
+`LibraryLoop` runs the two arms as a transformers user does:
+
+- the baseline: `generate(ids, do_sample=True, top_k=0, top_p=1.0, temperature=T, max_new_tokens=n)`
+  (greedy, `do_sample=False`, at T = 0);
+- a model draft: the same call with `assistant_model=` the converted draft. transformers reads the
+  draft length and the stop threshold from the ASSISTANT's generation config, where they persist
+  across calls, so they are set there before every call: `num_assistant_tokens=k`,
+  `num_assistant_tokens_schedule` "constant" (policy=fixed) or "heuristic" (policy=heuristic: +2
+  after a pass that kept every draft, -1 otherwise), `assistant_confidence_threshold` 0 (off) or the
+  policy's threshold (policy=confidence; transformers refits it from a ROC curve only where
+  scikit-learn is installed, which requirements.txt does not install);
+- prompt lookup (draft=prompt_lookup): `prompt_lookup_num_tokens=k`, `max_matching_ngram_size` the
+  draft's option; transformers verifies it by sampling the target at every drafted position and
+  keeping the drafts up to the first mismatch.
+
+transformers samples from torch's global generator, so each run seeds it (`torch.manual_seed`):
+the same seed gives the same chars and counters. `PassCounter` reads the counters from inside the
+library: a forward pre-hook on the target records each pass's cache length and width, from which
+the drafted and kept chars of every pass follow (`passes_log`), and one on the assistant counts its
+forwards.
+"""
+from __future__ import annotations
+
+import copy
+import logging
+import os
+from dataclasses import dataclass, field
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")   # never a hub: the models are the tool's own
+import torch
+
+from .model import Transformer
+
+log = logging.getLogger(__name__)
+
+
+def _transformers():
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    import transformers
+    transformers.logging.set_verbosity_error()   # its per-call notes (pad token, cache) say nothing here
+    return transformers
+
+
+def gpt2_config(model: Transformer):
+    """The GPT2Config of the tool's model's shape: no token has a special role (no EOS stops a run)."""
+    t = _transformers()
+    c = model.cfg
+    return t.GPT2Config(vocab_size=c.vocab_size, n_positions=c.block_size, n_embd=c.d_model, n_layer=c.n_layer,
+                        n_head=c.n_head, n_inner=4 * c.d_model, activation_function="gelu",
+                        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, layer_norm_epsilon=1e-5,
+                        tie_word_embeddings=False, bos_token_id=None, eos_token_id=None, pad_token_id=None,
+                        scale_attn_by_inverse_layer_idx=False, reorder_and_upcast_attn=False)
+
+
+@torch.no_grad()
+def to_transformers(model: Transformer):
+    """The tool's Transformer as a GPT2LMHeadModel computing the same logits (eval mode, float32, on
+    the model's device). Conv1D computes x @ W + b with W (in, out): nn.Linear's weight transposed."""
+    t = _transformers()
+    hf = t.GPT2LMHeadModel(gpt2_config(model)).eval()
+    src, dst = model, hf.transformer
+    dst.wte.weight.copy_(src.tok_emb.weight)
+    dst.wpe.weight.copy_(src.pos_emb.weight)
+    for a, b in zip(src.blocks, dst.h):
+        b.ln_1.weight.copy_(a.ln1.weight)
+        b.ln_1.bias.copy_(a.ln1.bias)
+        b.ln_2.weight.copy_(a.ln2.weight)
+        b.ln_2.bias.copy_(a.ln2.bias)
+        b.attn.c_attn.weight.copy_(a.attn.qkv.weight.T)
+        b.attn.c_proj.weight.copy_(a.attn.proj.weight.T)
+        b.mlp.c_fc.weight.copy_(a.mlp[0].weight.T)
+        b.mlp.c_proj.weight.copy_(a.mlp[2].weight.T)
+        for conv in (b.attn.c_attn, b.attn.c_proj, b.mlp.c_fc, b.mlp.c_proj):
+            conv.bias.zero_()
+    dst.ln_f.weight.copy_(src.ln_f.weight)
+    dst.ln_f.bias.copy_(src.ln_f.bias)
+    hf.lm_head.weight.copy_(src.head.weight)
+    hf.generation_config = generation_defaults(hf.generation_config)
+    return hf.to(next(model.parameters()).device)
+
+
+def generation_defaults(gc):
+    """A generation config with nothing of its own: no special tokens, no top-k or top-p cut."""
+    gc = copy.deepcopy(gc)
+    gc.bos_token_id = gc.eos_token_id = gc.pad_token_id = None
+    gc.top_k, gc.top_p = 0, 1.0
+    return gc
+
+
+@dataclass
+class PassCounter:
+    """Counters read from inside transformers' loop, through forward pre-hooks.
+
+    Per target forward: the cache's length before it (`starts`) and its width (`widths`). The first
+    forward of a run caches the prompt with it; every later one feeds [the last emitted char, the
+    drafts]. So pass r drafted widths[r] - 1 chars (the first: widths[0] - P), and kept
+    starts[r+1] - (starts[r] + widths[r] - drafted[r]) of them (the last pass: up to the run's end)."""
+    target_widths: list[int] = field(default_factory=list)
+    starts: list[int] = field(default_factory=list)
+    assistant_forwards: int = 0
+    assistant_widths: list[int] = field(default_factory=list)
+
+    def reset(self):
+        self.target_widths.clear()
+        self.starts.clear()
+        self.assistant_forwards = 0
+        self.assistant_widths.clear()
+
+    def target_hook(self, module, args, kwargs):
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        cache = kwargs.get("past_key_values")
+        self.starts.append(int(cache.get_seq_length()) if cache is not None else 0)
+        self.target_widths.append(int(ids.shape[1]))
+
+    def assistant_hook(self, module, args, kwargs):
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        self.assistant_forwards += 1
+        self.assistant_widths.append(int(ids.shape[1]))
+
+    def passes(self, prompt_len: int, total_len: int) -> list[tuple[int, int]]:
+        """(chars drafted, chars kept) per target pass of a run that ended at total_len tokens."""
+        out = []
+        for r, (s, w) in enumerate(zip(self.starts, self.target_widths)):
+            drafted = w - prompt_len if r == 0 else w - 1
+            committed = s + w - drafted                     # tokens committed before this pass's drafts
+            nxt = self.starts[r + 1] if r + 1 < len(self.starts) else total_len - 1
+            out.append((drafted, nxt - committed))
+        return out
+
+
+def rewind(cache, length: int) -> None:
+    """Drop a DynamicCache's entries past `length` tokens (its crop takes the count to remove, negated)."""
+    extra = cache.get_seq_length() - length
+    if extra > 0:
+        cache.crop(-extra)
+
+
+def hook(model, fn):
+    return model.register_forward_pre_hook(fn, with_kwargs=True)
+
+
+def passes_generation(tokens: list[int], log: list[tuple[int, int]], k: int):
+    """A decode.Generation from a library run's per-pass (drafted, kept) log."""
+    from .decode import Generation
+    g = Generation(tokens, target_passes=len(log), chars_emitted=len(tokens),
+                   accepted_at=[sum(kept > i for _, kept in log) for i in range(k)],
+                   drafted_at=[sum(d > i for d, _ in log) for i in range(k)], passes_log=list(log))
+    g.draft_calls = sum(d > 0 for d, _ in log)
+    g.proposed = sum(d for d, _ in log)
+    g.accepted = sum(kept for _, kept in log)
+    g.tested = sum(min(kept + 1, d) for d, kept in log)   # positions whose test ran: up to the first rejection
+    return g
+
+
+class LibraryLoop:
+    """Both arms of a trial through transformers' `generate`, on converted copies of the tool's models.
+
+    target: the tool's Transformer. assistant: a draft's Transformer (model drafts), or None with
+    lookup_ngram set (prompt lookup, `max_matching_ngram_size`). schedule: "constant" (a fixed k),
+    "heuristic" (transformers' schedule, starting at k) or "confidence" (k drafts at most, stopped
+    where the assistant's probability of its char falls below `threshold`)."""
+
+    def __init__(self, target: Transformer, k: int, temperature: float, assistant: Transformer | None = None,
+                 lookup_ngram: int | None = None, schedule: str = "constant", threshold: float = 0.0):
+        if (assistant is None) == (lookup_ngram is None):
+            raise ValueError("LibraryLoop needs an assistant model or prompt lookup, not both")
+        if schedule not in ("constant", "heuristic", "confidence"):
+            raise ValueError(f"unknown schedule {schedule!r}")
+        if lookup_ngram is not None and schedule != "constant":
+            raise ValueError("prompt lookup drafts a fixed k (no schedule)")
+        self.k, self.temperature, self.schedule, self.threshold = k, temperature, schedule, threshold
+        self.target = to_transformers(target)
+        self.assistant = to_transformers(assistant) if assistant is not None else None
+        self.lookup_ngram = lookup_ngram
+        self.counter = PassCounter()
+        self.hooks = [hook(self.target, self.counter.target_hook)]
+        if self.assistant is not None:
+            self.hooks.append(hook(self.assistant, self.counter.assistant_hook))
+        self.device = self.target.device
+
+    def sampling(self) -> dict:
+        """generate's sampling keywords, as the tool samples: the full distribution at T, greedy at 0."""
+        if self.temperature == 0:
+            return {"do_sample": False}
+        return {"do_sample": True, "temperature": self.temperature, "top_k": 0, "top_p": 1.0}
+
+    def configure_assistant(self) -> None:
+        """Set the draft length and stop rule where transformers reads them: the assistant's own
+        generation config (they persist across calls, and the heuristic schedule writes its last
+        length back, so every run sets them again)."""
+        gc = self.assistant.generation_config
+        gc.num_assistant_tokens = self.k
+        gc.num_assistant_tokens_schedule = "heuristic" if self.schedule == "heuristic" else "constant"
+        gc.assistant_confidence_threshold = self.threshold if self.schedule == "confidence" else 0.0
+
+    def draft_kwargs(self) -> dict:
+        if self.assistant is not None:
+            self.configure_assistant()
+            return {"assistant_model": self.assistant}
+        return {"prompt_lookup_num_tokens": self.k, "max_matching_ngram_size": self.lookup_ngram}
+
+    def _ids(self, prompt: list[int]) -> torch.Tensor:
+        return torch.tensor([prompt], device=self.device)
+
+    @torch.no_grad()
+    def baseline(self, prompt: list[int], n: int, seed: int) -> list[int]:
+        torch.manual_seed(seed)
+        out = self.target.generate(self._ids(prompt), max_new_tokens=n, **self.sampling())
+        return out[0, len(prompt):].tolist()
+
+    @torch.no_grad()
+    def speculative(self, prompt: list[int], n: int, seed: int) -> list[int]:
+        torch.manual_seed(seed)
+        out = self.target.generate(self._ids(prompt), max_new_tokens=n, **self.sampling(), **self.draft_kwargs())
+        return out[0, len(prompt):].tolist()
+
+    def counted(self, run, prompt: list[int], n: int, seed: int):
+        """Run `run` (baseline or speculative) once with the pass counter on: a decode.Generation."""
+        self.counter.reset()
+        tokens = run(prompt, n, seed)
+        g = passes_generation(tokens, self.counter.passes(len(prompt), len(prompt) + len(tokens)), self.k)
+        g.assistant_forwards = self.counter.assistant_forwards
+        return g
+
+    def close(self) -> None:
+        for h in self.hooks:
+            h.remove()
+
+
+@torch.no_grad()
+def library_cost(loop: LibraryLoop, prompt: list[int], k: int, reps: int, rounds: int, device: str,
+                 base_run=None, drafted: dict[int, float] | None = None, width: float | None = None,
+                 level: float = 0.95, max_rounds: int | None = None, max_seconds: float | None = None) -> dict:
+    """The library's component times, in the rounds of measure.component_times (same statistics and
+    names as measure_cost): `target` one 1-char pass of the converted target over a DynamicCache of
+    the prompt (the cache cropped back after it, as the loop crops after every pass), `verify` a
+    (k+1)-char pass (with `drafted`: one pass per width j+1 drafted, mixed by the shares), `draft` one
+    k-char proposal as the loop makes it (the assistant's own `generate` of k chars over its cache of
+    the prompt; prompt lookup's candidate search over the prompt), and, with base_run = (run, chars),
+    the library's plain-sampling loop (`base_pass_us`: its time per generated char, every step's
+    pass and framework work)."""
+    from transformers import DynamicCache
+    from transformers.generation.candidate_generator import PromptLookupCandidateGenerator
+    from .measure import component_times
+    P = len(prompt)
+    ids = torch.tensor([prompt + prompt[-1:] * (k + 1)], device=device)   # the values past P do not matter
+    cache = DynamicCache(config=loop.target.config)
+    loop.target(input_ids=ids[:, :P - 1], past_key_values=cache, use_cache=True)
+
+    def target_pass(w):
+        def run():
+            loop.target(input_ids=ids[:, P - 1:P - 1 + w], past_key_values=cache, use_cache=True)
+            rewind(cache, P - 1)
+        return run
+    blocks = {"target": (target_pass(1), reps)}
+    if drafted:
+        blocks |= {f"verify {j + 1}": (target_pass(j + 1), reps) for j in drafted}
+    else:
+        blocks["verify"] = (target_pass(k + 1), reps)
+    if loop.assistant is not None:
+        loop.configure_assistant()
+        a_cache = DynamicCache(config=loop.assistant.config)
+        loop.assistant(input_ids=ids[:, :P], past_key_values=a_cache, use_cache=True)
+        sampling = loop.sampling()
+
+        def propose():
+            rewind(a_cache, P)
+            loop.assistant.generate(ids[:, :P + 1], past_key_values=a_cache, max_new_tokens=k, min_new_tokens=k,
+                                    return_dict_in_generate=True, output_scores=True, **sampling)
+    else:
+        lookup = PromptLookupCandidateGenerator(num_output_tokens=k, max_matching_ngram_size=loop.lookup_ngram,
+                                                max_length=loop.target.config.n_positions)
+
+        def propose():
+            lookup.get_candidates(ids[:, :P])
+    blocks["draft"] = (propose, max(1, reps // k))
+    loops = {"base": base_run} if base_run is not None else {}
+    out = component_times(blocks, k, loops, rounds, width, level, max_rounds, max_seconds, device, drafted)
+    loop.counter.reset()
+    return out
