@@ -93,9 +93,18 @@ def drafts(tiny):
     cfg, corpus, target = tiny
     out = {}
     for name in sorted(p.stem for p in (Path(CONF_DIR) / "draft").glob("*.yaml")):
-        dcfg = compose_cfg(cfg.data.path, cfg.data.cache_dir, f"draft={name}", *DRAFT_TEST_OVERRIDES.get(name, []))
+        engine = ["engine=transformers"] if library_only(name) else []   # prompt_lookup runs there only
+        dcfg = compose_cfg(cfg.data.path, cfg.data.cache_dir, f"draft={name}", *engine, *DRAFT_TEST_OVERRIDES.get(name, []))
         out[name] = draft_for(dcfg, target, corpus)
     return out
+
+
+def library_only(name: str) -> bool:
+    """conf/draft/NAME.yaml is a draft of transformers' loop only (prompt_lookup)."""
+    from omegaconf import OmegaConf
+    from src.trial.spec import draft_class
+    target = OmegaConf.load(Path(CONF_DIR) / "draft" / f"{name}.yaml")["_target_"]
+    return getattr(draft_class(target), "library_only", False)
 
 
 def draft_for(cfg, target, corpus, source=None):
