@@ -367,6 +367,9 @@ def trial_spec(config) -> TrialSpec:
     check_library(engine, draft, tree, policy)
     e = _Reader(config).sub("exactness")
     samples = integer("exactness.samples", e["samples"], 1)
+    if boolean("exactness.enabled", e["enabled"]) and getattr(draft_class(draft.cls), "library_only", False):
+        raise SpecsweepError(f"exactness.enabled: draft {draft.name!r} has no distribution of its own to check; "
+                             "tests/engine/test_library.py checks the library's sampler")
     return TrialSpec(target=target, draft=draft, k=k, tree=tree, seed=integer("seed", c["seed"], 0), n_chars=n_chars,
                      temperature=temperature, prompt=prompt, threads=integer("threads", c["threads"], 1),
                      device=device, timing=timing_spec(c.sub("timing").node), engine=engine,
