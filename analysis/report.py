@@ -34,6 +34,7 @@ from .cost_models import BOOTSTRAP, ModelResults, cell_predictions, predict_tria
 from .export import atomic_folder, markdown, write_figure, write_table
 from .formula import MAP_KS
 from .load import DEFAULT_EXPERIMENT, REPO, SweepData, connect, default_tracking_uri, load_sweep
+from .loops import loops_table
 from .pays import pays_inputs
 from .policies import drafted_table, policies_table
 from .regimes import batch_table, only_regime, regimes_of, regimes_table, speedup_by_batch, verify_cost_table
@@ -215,7 +216,9 @@ def run(args: argparse.Namespace) -> Path:
         reports = {r: build_report(only_regime(data, r), args.bootstrap) for r in regimes}
         texts = {r: render(rep, uri, args.experiment) for r, rep in reports.items()}
         answer = regimes_table({r: rep.cells for r, rep in reports.items()})
-        tables = [t for t in (answer, batch_table(answer.df), verify_cost_table(data.finished)) if t is not None]
+        measured = pd.concat([rep.cells for rep in reports.values()], ignore_index=True)
+        tables = [t for t in (answer, batch_table(answer.df), verify_cost_table(data.finished),
+                              loops_table(data.finished, measured)) if t is not None]
         top = (f"# Sweep {data.sweep.name or data.sweep.sweep_id} ({data.sweep.sweep_id}): {len(regimes)} regimes "
                f"(engine, batch)\n\n" + "\n".join(markdown(t) for t in tables)
                + "\n\nEach regime's own report: " + ", ".join(f"{r.name}/report.md" for r in regimes) + "\n")

@@ -7,9 +7,12 @@
    arithmetic alone at the GEMM rate, its lower bound max(flops / GEMM rate, bytes / bandwidth),
    the measured pass (median of interleaved rounds of `timing.cost_reps` calls, all engines and
    widths timed in the same rounds), the pass as a multiple of its bound and of its arithmetic,
-   the verify-cost curve tv(w) / t1, and the largest logit difference from eager's pass.
+   the verify-cost curve tv(w) / t1, and the largest logit difference from eager's pass. The
+   `transformers` engine's pass is the converted GPT2LMHeadModel's forward over a DynamicCache,
+   cropped back after each call as its loop does (src/engine/library.py); chains only.
 3. Per engine, the draft cost c of each model draft (int8, int4, int8_kernels, heads) at
-   k = `k` of the config, timed as a trial times it (`measure_cost`).
+   k = `k` of the config, timed as a trial times it (`measure_cost`; `library_cost` for the
+   transformers engine, where int8_kernels and heads have no counterpart: "-").
 4. Per engine, the compile time of each graph (untimed in trials; here its first call).
 
     python -m src.bench.bench +bench=roofline                  # eager and compiled, default target
@@ -24,6 +27,7 @@ from omegaconf import OmegaConf
 
 from ..engine.decode import prefill
 from ..engine.engines import ENGINES, Engine
+from ..engine.library import LibraryLoop, cached_passes, library_cost, to_transformers
 from ..engine.measure import measure_cost
 from ..engine.roofline import measure_machine, pass_cost
 from ..engine.timing import interleaved_rounds
@@ -67,6 +71,21 @@ def pass_blocks(model, prompt: list[int], reps: int) -> dict:
     return blocks
 
 
+def library_blocks(model, prompt: list[int], reps: int) -> dict:
+    """(width, False) -> (fn, reps): the converted target's pass of each chain width (no tree passes)."""
+    pass_of = cached_passes(to_transformers(model), prompt, max(WIDTHS))
+    return {(w, False): (pass_of(w), reps) for w in WIDTHS}
+
+
+def library_draft_c(target, draft, prompt: list[int], spec) -> str:
+    if getattr(draft, "library", None) != "assistant":
+        return "-"
+    loop = LibraryLoop(target.model, spec.k, spec.temperature, assistant=draft.model)
+    m = library_cost(loop, prompt, spec.k, spec.timing.cost_reps, 7, spec.device)
+    loop.close()
+    return f"{m['c']:.3f}"
+
+
 def log_tables(log, cfg, target, corpus) -> None:
     spec = trial_spec(cfg)
     torch.set_num_threads(spec.threads)
@@ -81,7 +100,8 @@ def log_tables(log, cfg, target, corpus) -> None:
     runners = {name: e.wrap(target.model, f"target ({name})") for name, e in engines.items()}
     blocks = {}
     for name, runner in runners.items():   # one cache per engine would alias: each block sets its own up
-        for key, (fn, reps) in pass_blocks(runner, prompt, spec.timing.cost_reps).items():
+        make = library_blocks if name == "transformers" else pass_blocks
+        for key, (fn, reps) in make(runner, prompt, spec.timing.cost_reps).items():
             blocks[(name, *key)] = (fn, reps)
     diffs = {}   # each engine's logits against eager's on the same pass (the first call: its compile too)
     with torch.no_grad():
@@ -111,6 +131,9 @@ def log_tables(log, cfg, target, corpus) -> None:
                 row.append("-")
                 continue
             draft = build_draft(dspec, spec.target, target, corpus)
+            if name == "transformers":
+                row.append(library_draft_c(target, draft, prompt, spec))
+                continue
             engine.wrap_draft(draft)
             m = measure_cost(runners[name], draft, prompt, spec.k, spec.temperature, spec.timing.cost_reps,
                              spec.device)

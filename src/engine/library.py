@@ -236,6 +236,27 @@ class LibraryLoop:
             h.remove()
 
 
+def cached_passes(hf, prompt: list[int], widest: int):
+    """width -> a call of one pass of `hf` (a transformers causal LM) over `width` tokens after a
+    DynamicCache of the prompt less its last token, the cache cropped back after it, as the
+    library's loop crops after every pass (the token values past the prompt do not matter)."""
+    from transformers import DynamicCache
+    P = len(prompt)
+    ids = torch.tensor([prompt + prompt[-1:] * widest], device=hf.device)
+    cache = DynamicCache(config=hf.config)
+    with torch.no_grad():
+        hf(input_ids=ids[:, :P - 1], past_key_values=cache, use_cache=True)
+
+    def pass_of(width: int):
+        @torch.no_grad()
+        def run():
+            out = hf(input_ids=ids[:, P - 1:P - 1 + width], past_key_values=cache, use_cache=True)
+            rewind(cache, P - 1)
+            return out.logits
+        return run
+    return pass_of
+
+
 @torch.no_grad()
 def library_cost(loop: LibraryLoop, prompt: list[int], k: int, reps: int, rounds: int, device: str,
                  base_run=None, drafted: dict[int, float] | None = None, width: float | None = None,
@@ -253,14 +274,7 @@ def library_cost(loop: LibraryLoop, prompt: list[int], k: int, reps: int, rounds
     from .measure import component_times
     P = len(prompt)
     ids = torch.tensor([prompt + prompt[-1:] * (k + 1)], device=device)   # the values past P do not matter
-    cache = DynamicCache(config=loop.target.config)
-    loop.target(input_ids=ids[:, :P - 1], past_key_values=cache, use_cache=True)
-
-    def target_pass(w):
-        def run():
-            loop.target(input_ids=ids[:, P - 1:P - 1 + w], past_key_values=cache, use_cache=True)
-            rewind(cache, P - 1)
-        return run
+    target_pass = cached_passes(loop.target, prompt, k + 1)
     blocks = {"target": (target_pass(1), reps)}
     if drafted:
         blocks |= {f"verify {j + 1}": (target_pass(j + 1), reps) for j in drafted}
