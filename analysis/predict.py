@@ -48,7 +48,12 @@ then median and max APE for the seed's drafts (bigram, int8, int4) and the new d
 Under an adaptive draft-length policy (`policy=`, k its cap; `measure_policy`) the chars per pass
 and the drafted-length distribution come from the loop's own counters under the policy, tv is the
 expected verify pass under that distribution and the drafted chars per pass are its mean.
-On another engine (`engine=`) the target and a model draft run on it, as in a trial. At `batch=B`
+On another engine (`engine=`) the target and a model draft run on it, as in a trial; on
+transformers' loop (`engine=transformers`; `measure_library`) the chars per pass come from the
+library's own counters over `--seqs` runs, the costs are the library's (its pass, its verify
+pass per width drafted, its assistant's generate or prompt lookup per drafted char), and its loop
+overheads are measured with them instead of fitted (o_base = its plain step beyond its one-char
+pass, o_pass taken equal, unless --fit-sweep gives them). At `batch=B`
 (B > 1; `measure_batch`) the chars per pass come from the batch loop's own counters (a sequence's
 chars over the batch's passes: the batch waits for its slowest sequence) and the costs are taken
 at (B, width): the same formula then predicts the throughput speedup. --validate reads each cell's
@@ -86,7 +91,7 @@ def prediction_table(survival, costs: dict, overheads: Overheads, a: float | Non
         t1, tv, td, n = m["target_pass_us"], m["verify_pass_us"], m["draft_char_us"], m["nodes"]
         row = {"setting": label, "k": m["k"], "drafted": n, "cpp": cpp}
         if a is not None:
-            row["cpp iid"] = float(iid_chars_per_pass(a, m["k"]))
+            row["cpp iid"] = float(iid_chars_per_pass(a, m["k"]))   # NaN where the draft has no q (prompt lookup)
         if "draft_char_us_warm" in m:
             row["c warm"] = m["draft_char_us_warm"] / t1
         row |= {"c": td / t1, "tv/t1": tv / t1, "seed formula": cpp / (1 + n * td / t1),
@@ -207,6 +212,7 @@ class Measured:
     survival: np.ndarray      # S_1..S_kmax at the largest k's pass starts (chains; empty for trees)
     costs: dict               # label -> component times (us), cpp and drafted chars (nodes) per pass
     seconds: float
+    overheads: Overheads | None = None   # measured with the costs (engine=transformers), else None
 
 
 def measure(cfg, ks: list[int], shapes, seqs: int, every: int, seed: int, loaded=None, rounds: int = 15) -> Measured:
@@ -234,8 +240,10 @@ def measure(cfg, ks: list[int], shapes, seqs: int, every: int, seed: int, loaded
     prompt = target.tokenizer.encode(first.prompt).tolist()
     T, n = first.temperature, first.n_chars
     seq, p = sample_text(model, prompt, seqs, n, seed, T)
-    a = mean_overlap(draft, seq, p, T)
+    a = float("nan") if draft.library_only else mean_overlap(draft, seq, p, T)   # prompt lookup: no q of its own
     survival, trees, chains = np.zeros(0), {}, {}
+    if first.engine.name == "transformers":
+        return measure_library(chosen, target, draft, prompt, a, seqs, seed, rounds, t0)
     if first.batch > 1:
         return measure_batch(chosen, model, draft, corpus, target, seq, a, seqs, seed, rounds, t0)
     if first.policy.name != "fixed":
@@ -339,6 +347,46 @@ def measure_batch(chosen: dict, model, draft, corpus, target, seq, a: float, seq
     return Measured(target.key, a, np.zeros(0), costs, time.perf_counter() - t0)
 
 
+def measure_library(chosen: dict, target, draft, prompt: list[int], a: float, seqs: int, seed: int, rounds: int,
+                    t0: float) -> Measured:
+    """`measure` on transformers' loop (engine=transformers). Chars per pass and the drafted length
+    per pass: the library loop's own counters (seqs runs of `generate`, seeds seed.., nothing timed).
+    Costs: `library_cost` with the drafted-length shares and the library's plain `generate` as the
+    base loop. Its loop overheads are measured, not fitted: o_base = the plain loop's step beyond its
+    one-char pass, and o_pass is taken equal to it (each speculative pass pays the framework's step
+    once; gamma 0: the assistant's own generate per proposal is inside td)."""
+    import time
+    from collections import Counter
+
+    from src.engine.library import library_cost
+    from src.trial.library import library_loop
+    from src.trial.lock import timing_lock
+    first = next(iter(chosen.values()))
+    n = first.n_chars
+    costs, o_base = {}, []
+    for label, c in chosen.items():
+        loop = library_loop(c, target.model, draft)
+        runs = [loop.counted(loop.speculative, prompt, n, s) for s in range(seed, seed + seqs)]
+        passes = sum(g.target_passes for g in runs)
+        lengths = Counter(j for g in runs for j, _ in g.passes_log)
+        shares = {j: m / passes for j, m in sorted(lengths.items())}
+
+        def base(loop=loop):
+            return loop.baseline(prompt, n, seed)
+        with timing_lock(c.timing):
+            m = library_cost(loop, prompt, c.k, c.timing.cost_reps, rounds, c.device, base_run=(base, n),
+                             drafted=shares if len(shares) > 1 else None)
+        loop.close()
+        m |= {"k": c.k, "nodes": sum(j * share for j, share in shares.items()),
+              "cpp": sum(g.chars_emitted for g in runs) / passes}
+        o_base.append(m["base_pass_us"] - m["target_pass_us"])
+        costs[label] = m
+    o = float(np.median(o_base))
+    overheads = Overheads(o, o, 0.0, "measured in transformers' loop (o_base: its plain step beyond the one-char "
+                                     "pass; o_pass taken equal)")
+    return Measured(target.key, a, np.zeros(0), costs, time.perf_counter() - t0, overheads)
+
+
 def fitted_overheads(uri: str, experiment: str, sweep_id: str, drafts: list[str] | None) -> Overheads:
     """The extended model's o_base, o_pass, gamma fitted on the finished trials of a sweep (those
     of `drafts` only, if given)."""
@@ -365,7 +413,8 @@ def print_prediction(name: str, m: Measured, table: pd.DataFrame, o: Overheads, 
     print(f"draft {name}  target {m.target_key}  temperature {temperature}  engine {engine}"
           + (f"  batch {batch} (chars per pass: a sequence's chars over the batch's passes)" if batch > 1 else "")
           + f"  (measured in {m.seconds:.1f} s)")
-    print(f"overlap at the first drafted position a = {m.a:.3f}")
+    if m.a == m.a:   # not NaN
+        print(f"overlap at the first drafted position a = {m.a:.3f}")
     if len(m.survival):
         print("P(drafts 1..i kept) " + " ".join(f"{s:.2f}" for s in m.survival))
     print(f"loop overheads: {o.source}" + (f": o_base {o.o_base:.1f} us, o_pass {o.o_pass:.1f} us, "
@@ -406,7 +455,7 @@ def validate_sweep(args, overrides: list[str], o: Overheads) -> pd.DataFrame:
         ks = sorted(int(k) for k in g["k"].unique())
         m = measure(cfg, ks, tree_shapes(cfg, extra) if shape else None, args.seqs, args.every, args.seed, loaded,
                     args.rounds)
-        table = prediction_table(m.survival, m.costs, o)
+        table = prediction_table(m.survival, m.costs, o if args.fit_sweep or m.overheads is None else m.overheads)
         cpp = g.groupby("k")["chars_per_pass"].median()
         for r in table.itertuples():
             meas = measured.get((label, r.k), np.nan)
@@ -459,6 +508,8 @@ def run(argv: list[str]) -> None:
     cfg = compose(overrides)
     shapes = tree_shapes(cfg, overrides)
     m = measure(cfg, ks or list(DEFAULT_KS), shapes, args.seqs, args.every, args.seed, rounds=args.rounds)
+    if m.overheads is not None and not args.fit_sweep:   # transformers' loop: its overheads measured with the costs
+        o = m.overheads
     print_prediction(cfg.draft.name, m, prediction_table(m.survival, m.costs, o, None if shapes else m.a), o,
                      cfg.temperature, cfg.engine.name, cfg.batch)
 
