@@ -22,6 +22,8 @@
 6. The machine's limit (`bench=roofline`, not in `all`; src/bench/roofline.py): FLOPs and bytes
    of each pass width, the machine's rates, each engine's pass against its bound, tv(w) / t1,
    the model drafts' c per engine, compile times.
+7. The two loops (`bench=library`, not in `all`; src/bench/library.py): the tool's eager loop and
+   transformers' generate on the same model draft, every component in the same rounds.
 5. Row paths (`bench=rows`, not in `all`): the table drafts' loop at T = 1 drawing from
    mixture rows (what `propose` does) against dense rows: time per target pass, pairs on
    successive seeds (the two paths draw different chars from the same law).
@@ -47,8 +49,9 @@ from ..engine.train import evaluate
 from ..engine.tree import generate_tree, max_nodes
 from ..paths import CONF_DIR
 from ..trial.load import build_draft, load_target
-from ..trial.spec import draft_spec, trial_spec
+from ..trial.spec import draft_class, draft_spec, trial_spec
 from . import kernels as bench_kernels
+from . import library as bench_library
 from . import roofline as bench_roofline
 
 
@@ -157,6 +160,7 @@ def row_paths(cfg, target, corpus, draft_name: str, k: int, pairs: int) -> dict:
             "cpp_dense": cpp["dense"]}
 
 
+BENCHES = ("all", "overhead", "quantization", "kernels", "tree", "rows", "roofline", "library")
 TREE_SHAPES = [(1, 1, 1, 1), (2, 2), (4, 2), (3, 2, 1), (8, 2), (4, 2, 2, 1), (8, 4, 2), (16, 8)]
 
 
@@ -189,12 +193,18 @@ def quantization_table(cfg, corpus, target) -> list[dict]:
 @hydra.main(version_base="1.3", config_path="../../conf", config_name="config")
 def main(cfg: DictConfig) -> None:
     torch.set_num_threads(cfg.threads)
-    try:
-        corpus, target = load_target(trial_spec(cfg).target)
+    which = cfg.get("bench", "all")
+    try:   # every argument checked before the corpus, the training or any cache
+        if which not in BENCHES:
+            raise SpecsweepError(f"unknown bench {which!r} (available: {', '.join(BENCHES)})")
+        spec = trial_spec(cfg)
+        if which == "library" and getattr(draft_class(spec.draft.cls), "library", None) != "assistant":
+            raise SpecsweepError(f"bench=library compares the loops on a model draft (an assistant in transformers' "
+                                 f"loop: int8, int4, small_model), not draft={spec.draft.name}")
+        corpus, target = load_target(spec.target)
     except SpecsweepError as e:
         log.error("error: %s", e)
         sys.exit(2)
-    which = cfg.get("bench", "all")
     if which in ("all", "overhead"):
         log.info("loop overhead per drafted char, beyond the draft's lookup and the verify passes "
                  "(median of 5 rounds, n_chars=%d):", cfg.n_chars)
@@ -238,6 +248,8 @@ def main(cfg: DictConfig) -> None:
                          o["cpp_mixture"], o["cpp_dense"])
     if which == "roofline":
         bench_roofline.log_tables(log, cfg, target, corpus)
+    if which == "library":
+        bench_library.log_tables(log, cfg, target, corpus)
     if which in ("all", "kernels"):
         bench_kernels.log_tables(log, cfg, target, corpus)
     if which in ("all", "quantization"):
