@@ -90,7 +90,8 @@ def log_tables(log, cfg, target, corpus) -> None:
     blocks |= b
     b, passes["transformers"] = library_blocks(loop, prompt, k, n, seed, reps)
     blocks |= b
-    per_call = interleaved_rounds(blocks, rounds=7, device=spec.device)
+    with torch.no_grad():   # as every loop runs its passes
+        per_call = interleaved_rounds(blocks, rounds=7, device=spec.device)
     t = {key: statistics.median(v) * 1e6 for key, v in per_call.items()}      # us per call
     log.info("the two loops taken apart, draft %s, k = %d, n_chars = %d, T = %s, in the same 7 interleaved rounds "
              "(us, medians over rounds):", spec.draft.name, k, n, T)

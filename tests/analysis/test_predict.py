@@ -217,6 +217,28 @@ def test_measure_a_tree_of_a_table_draft_on_the_tiny_model(tiny):
     assert len(m.survival) == 0 and prediction_table(m.survival, m.costs, Overheads())["setting"].tolist() == ["2-1"]
 
 
+@pytest.mark.parametrize("draft", ["int8", "prompt_lookup"])
+def test_measure_on_the_library_loop(tiny, draft):
+    """engine=transformers: chars per pass from the library's own counters (exactly the counted
+    runs'), its overheads measured with the costs, o_base = its plain step less its one-char pass."""
+    from src.trial.library import library_loop
+    from src.trial.load import build_draft
+    from src.trial.spec import trial_spec
+    cfg, corpus, target = tiny
+    dcfg = compose_cfg(cfg.data.path, cfg.data.cache_dir, f"draft={draft}", "engine=transformers", "k=2")
+    m = measure(dcfg, [2], None, seqs=2, every=16, seed=0, loaded=(corpus, target), rounds=3)
+    spec = trial_spec(dcfg)
+    loop = library_loop(spec, target.model, build_draft(spec.draft, spec.target, target, corpus))
+    prompt = target.tokenizer.encode(spec.prompt).tolist()
+    runs = [loop.counted(loop.speculative, prompt, spec.n_chars, s) for s in (0, 1)]
+    assert m.costs[2]["cpp"] == sum(g.chars_emitted for g in runs) / sum(g.target_passes for g in runs)
+    assert m.costs[2]["nodes"] == sum(g.proposed for g in runs) / sum(g.target_passes for g in runs)
+    c = m.costs[2]
+    assert m.overheads.o_base == pytest.approx(c["base_pass_us"] - c["target_pass_us"]) == m.overheads.o_pass
+    table = prediction_table(m.survival, m.costs, m.overheads, m.a)
+    assert table["predicted"].gt(0).all()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("args, says", [(["draft=nosuch"], "error: unknown draft 'nosuch'"),
                                         (["draft=bigram", "k=0"], "error: k must be"),
