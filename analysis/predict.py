@@ -440,7 +440,7 @@ def validate_sweep(args, overrides: list[str], o: Overheads) -> pd.DataFrame:
         raise SpecsweepError(f"sweep {data.sweep.sweep_id!r} has no finished trial")
     measured = pooled_speedup(data.pairs, configured_level(fin)).set_index(["draft", "k"])["median"]
     common = [f"temperature={fin['temperature'].iloc[0]}", f"n_chars={int(fin['n_chars'].iloc[0])}"]
-    loaded, rows = None, []
+    loaded, rows, sources = None, [], set()   # where each cell's loop overheads came from
     for label in sorted(fin["draft"].unique()):
         cell = parse_label(label)                  # "<draft>[+tree<widths>][@<engine>][@B<batch>]"
         draft, shape = cell.draft, cell.tree
@@ -455,7 +455,9 @@ def validate_sweep(args, overrides: list[str], o: Overheads) -> pd.DataFrame:
         ks = sorted(int(k) for k in g["k"].unique())
         m = measure(cfg, ks, tree_shapes(cfg, extra) if shape else None, args.seqs, args.every, args.seed, loaded,
                     args.rounds)
-        table = prediction_table(m.survival, m.costs, o if args.fit_sweep or m.overheads is None else m.overheads)
+        used = o if args.fit_sweep or m.overheads is None else m.overheads
+        sources.add(o.source if used is o else f"{used.source} for {label}")
+        table = prediction_table(m.survival, m.costs, used)
         cpp = g.groupby("k")["chars_per_pass"].median()
         for r in table.itertuples():
             meas = measured.get((label, r.k), np.nan)
@@ -464,7 +466,7 @@ def validate_sweep(args, overrides: list[str], o: Overheads) -> pd.DataFrame:
         print(f"  {label}: measured in {m.seconds:.1f} s", flush=True)
     cells = pd.DataFrame(rows)
     print(f"\nsweep {data.sweep.sweep_id} ({data.sweep.name}): predicted vs measured (pooled median), "
-          f"loop overheads: {o.source}")
+          f"loop overheads: {'; '.join(sorted(sources))}")
     print(cells.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     print()
     print(ape_summary(cells, PAPER_DRAFTS).to_string(index=False, float_format=lambda v: f"{v:.1f}"))

@@ -89,12 +89,12 @@ DRAFT_TEST_OVERRIDES = {"heads": ["draft.steps=150", "draft.rows=256", "draft.po
 
 @pytest.fixture(scope="session")
 def drafts(tiny):
-    """name -> draft, for every draft config shipped in conf/draft/."""
+    """name -> draft, for every draft config shipped in conf/draft/ that runs in the tool's loop (a draft of
+    transformers' loop only, prompt_lookup, is tested in tests/engine/test_library.py)."""
     cfg, corpus, target = tiny
     out = {}
-    for name in sorted(p.stem for p in (Path(CONF_DIR) / "draft").glob("*.yaml")):
-        engine = ["engine=transformers"] if library_only(name) else []   # prompt_lookup runs there only
-        dcfg = compose_cfg(cfg.data.path, cfg.data.cache_dir, f"draft={name}", *engine, *DRAFT_TEST_OVERRIDES.get(name, []))
+    for name in sorted(p.stem for p in (Path(CONF_DIR) / "draft").glob("*.yaml") if not library_only(p.stem)):
+        dcfg = compose_cfg(cfg.data.path, cfg.data.cache_dir, f"draft={name}", *DRAFT_TEST_OVERRIDES.get(name, []))
         out[name] = draft_for(dcfg, target, corpus)
     return out
 
