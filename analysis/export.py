@@ -94,7 +94,18 @@ def write_figure(fig, out_dir: Path, stem: str) -> list[Path]:
     return paths
 
 
-MARKER = "report.md"  # a folder holding this is a report folder, which atomic_folder may replace
+MARKER = ".specsweep-report"   # written into every folder atomic_folder makes: only such a folder is replaced
+REPORT_SUFFIXES = {".md", ".csv", ".tex", ".png", ".svg"}   # what a report writes
+
+
+def is_report_folder(path: Path, marker: str = MARKER) -> bool:
+    """A folder atomic_folder made: it holds the marker. A report written before the marker existed
+    counts when it holds report.md and nothing but what a report writes (tables, figures, a
+    regime's subfolder of them): a user's folder with a report.md beside notes or code does not."""
+    if (path / marker).is_file():
+        return True
+    files = [p for p in path.rglob("*") if p.is_file()]
+    return (path / "report.md").is_file() and all(p.suffix in REPORT_SUFFIXES for p in files)
 
 
 def _sibling(path: Path, what: str) -> Path:
@@ -109,16 +120,20 @@ def atomic_folder(path: str | Path, marker: str = MARKER):
     The swap is two renames: the old folder to a hidden sibling name, the new one onto `path`; then
     the old one is deleted. If the block raises, `path` is untouched and the temporary folder is
     removed. Between the two renames (microseconds) `path` is absent; a crash just there leaves the
-    old report whole under the hidden `.<name>.old-*.tmp` name. An existing non-empty folder without
-    `marker` is not a report folder: it is refused rather than replaced (say, --out pointing at $HOME).
+    old report whole under the hidden `.<name>.old-*.tmp` name. An existing non-empty folder that
+    `is_report_folder` does not recognise is refused rather than replaced (say, --out pointing at
+    $HOME, or at a folder of the user's own that happens to hold a report.md). The new folder gets
+    the marker, so the next report may replace it.
     """
     path = Path(os.path.abspath(path))  # normalised: the name of "out/.." is that of out's parent, not ".."
-    if path.exists() and (not path.is_dir() or (any(path.iterdir()) and not (path / marker).is_file())):
-        raise SpecsweepError(f"{path} exists and is not a report folder (no {marker}): refusing to replace it")
+    if path.exists() and (not path.is_dir() or (any(path.iterdir()) and not is_report_folder(path, marker))):
+        raise SpecsweepError(f"{path} exists and is not a report folder this tool wrote (no {marker}): "
+                             "refusing to replace it; give --out an empty or new folder")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _sibling(path, "new")
     tmp.mkdir()
     try:
+        (tmp / marker).write_text("a report folder written by python -m analysis.report: the next report replaces it\n")
         yield tmp
         if path.exists():
             old = _sibling(path, "old")

@@ -9,7 +9,8 @@ SVG, and report.md into --out (default results/<sweep_id>/), then logs that fold
 artifacts "analysis/" of the sweep's parent run. The folder is replaced as a whole: everything
 is written into a temporary sibling folder that is then renamed into place, so no file of an
 older report of the sweep survives, and a crash mid-report leaves the old report whole. An
-existing --out folder that holds no report.md is refused, not replaced. Bad input (no store, no
+existing --out folder that this tool did not write (no `.specsweep-report` marker; analysis/export.py)
+is refused, not replaced, and left as it was. Bad input (no store, no
 such sweep, no finished trial) ends with one line on stderr and exit status 2.
 """
 from __future__ import annotations

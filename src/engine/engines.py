@@ -35,6 +35,7 @@ from pathlib import Path
 
 import torch
 
+from .errors import SpecsweepError
 from .model import Transformer
 
 log = logging.getLogger(__name__)
@@ -53,15 +54,18 @@ class Engine:
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
         self.runners: list = []   # CompiledModel or OnnxModel, one per wrapped model
 
-    def wrap(self, model: Transformer, label: str = "target"):
-        """The model as this engine runs it (eager, transformers: the model itself)."""
+    def wrap(self, model: Transformer, label: str = "target", strict: bool = True):
+        """The model as this engine runs it (eager, transformers: the model itself). strict (the
+        target): a pass the engine cannot run raises SpecsweepError rather than running eager, so no
+        trial is recorded under an engine that did not run its target; not strict (a model draft's
+        model): it runs eager, said in `fallback` and logged as info.engine_fallback.<label>."""
         if self.name in ("eager", "transformers"):
             return model
         if self.name == "onnx":
             from .onnx_engine import OnnxModel
-            runner = OnnxModel(model, label, self.cache_dir)
+            runner = OnnxModel(model, label, self.cache_dir, strict)
         else:
-            runner = CompiledModel(model, label, self.mode, self.options, self.cache_dir)
+            runner = CompiledModel(model, label, self.mode, self.options, self.cache_dir, strict)
         self.runners.append(runner)
         return runner
 
@@ -69,7 +73,7 @@ class Engine:
         """Run a model draft's own model (ModelDraft.model) on this engine, in place."""
         inner = getattr(draft, "model", None)
         if self.name not in ("eager", "transformers") and isinstance(inner, Transformer):
-            draft.model = self.wrap(inner, f"draft {draft.name}")
+            draft.model = self.wrap(inner, f"draft {draft.name}", strict=False)
 
     def compile_report(self) -> dict:
         """label -> {"graphs": n, "compile_s": total seconds, "fallback": reason or ""}."""
@@ -107,9 +111,10 @@ def _raise_dynamo_limits() -> None:
 class CompiledModel:
     """A Transformer whose cached forward runs through torch.compile, one graph per shape."""
 
-    def __init__(self, model: Transformer, label: str, mode: str | None, options: dict, cache_dir: Path | None):
+    def __init__(self, model: Transformer, label: str, mode: str | None, options: dict, cache_dir: Path | None,
+                 strict: bool = True):
         _raise_dynamo_limits()
-        self.model, self.label, self.cache_dir = model, label, cache_dir
+        self.model, self.label, self.cache_dir, self.strict = model, label, cache_dir, strict
         self.compiled = torch.compile(model, dynamic=False, fullgraph=True, mode=mode, options=options or None)
         self.compile_s: dict[tuple, float] = {}
         self.fallback: str | None = None
@@ -129,8 +134,12 @@ class CompiledModel:
         try:
             with inductor_cache(self.cache_dir):
                 out = self.compiled(idx, input_pos, slots, mask, return_hidden=return_hidden)
-        except Exception as e:  # a model whose graph does not compile (e.g. quantized ops) runs eager
-            self.fallback = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"
+        except Exception as e:  # a model whose graph does not compile (quantized ops) runs eager, but never the target
+            reason = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"
+            if self.strict:
+                raise SpecsweepError(f"engine=compiled cannot run the {self.label} ({reason}): refused rather "
+                                     "than run eager under the compiled engine's name") from None
+            self.fallback = reason
             log.warning("%s: torch.compile failed, running eager instead (%s)", self.label, self.fallback)
             return self.model(idx, input_pos, slots, mask, return_hidden=return_hidden)
         self.compile_s[key] = time.perf_counter() - t0

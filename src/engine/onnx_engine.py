@@ -17,7 +17,8 @@ another order of additions): logits agree to float32 rounding (tests/engine/test
 
 One graph per (T, S): chains and trees of one width share it (their masks are inputs). Graphs
 are exported once per host and kept in `cache_dir`, named by a hash of the model's weights and
-shape, T and S; ONNX Runtime loads them in a session per shape, untimed (the trial's counter run
+shape, T and S, each sealed with its sha256 (src/engine/atomic.py: a graph that fails it, overwritten
+or truncated, is deleted and exported again, said in one line, never loaded); ONNX Runtime loads them in a session per shape, untimed (the trial's counter run
 and warm-ups), and the seconds it took are kept in `compile_s`. A forward without a cache (full
 sequences) or over a cache of more than one sequence runs eager.
 """
@@ -35,7 +36,8 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from .atomic import atomic_path
+from .atomic import atomic_path, seal, sealed, unseal
+from .errors import SpecsweepError
 from .locks import BUILD_WAIT_S, file_lock
 from .model import Transformer
 
@@ -111,9 +113,9 @@ def export(model: Transformer, T: int, S: int, path: Path) -> None:
 class OnnxModel:
     """A Transformer whose one-sequence cached passes run in ONNX Runtime (module docstring)."""
 
-    def __init__(self, model: Transformer, label: str, cache_dir: Path | None):
+    def __init__(self, model: Transformer, label: str, cache_dir: Path | None, strict: bool = True):
         import onnxruntime  # noqa: F401  (a missing runtime is said here, when the engine is chosen)
-        self.model, self.label = model, label
+        self.model, self.label, self.strict = model, label, strict
         self.folder = Path(cache_dir or ".") / "onnx"
         self.key = weights_key(model)
         self.sessions: dict[tuple[int, int], object] = {}
@@ -179,11 +181,16 @@ class OnnxModel:
             import onnxruntime as ort
             t0 = time.perf_counter()
             path = self.folder / f"{self.key}-T{T}-S{S}.onnx"
-            if not path.is_file():
+            if not sealed(path):
                 path.parent.mkdir(parents=True, exist_ok=True)
                 with file_lock(str(path) + ".lock", f"the ONNX graph {path.name}", BUILD_WAIT_S):
-                    if not path.is_file():
+                    if not sealed(path):
+                        if path.exists():   # overwritten, truncated, or without its checksum: never used
+                            log.warning("%s: the ONNX graph %s fails its checksum (corrupt or partial): "
+                                        "deleted and exported again", self.label, path.name)
+                            unseal(path)
                         export(self.model, T, S, path)
+                        seal(path)
             opts = ort.SessionOptions()
             opts.intra_op_num_threads = torch.get_num_threads()
             opts.inter_op_num_threads = 1
@@ -220,8 +227,12 @@ class OnnxModel:
         T, S = idx.shape[1], self.kT.shape[-1]
         try:
             sess = self.session(T, S)
-        except Exception as e:  # a model the exporter cannot take (quantized ops) runs eager
-            self.fallback = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"
+        except Exception as e:  # a model the exporter cannot take (quantized ops) runs eager, but never the target
+            reason = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"
+            if self.strict:
+                raise SpecsweepError(f"engine=onnx cannot run the {self.label} ({reason}): refused rather than "
+                                     "run eager under the onnx engine's name") from None
+            self.fallback = reason
             log.warning("%s: no ONNX graph, running eager instead (%s)", self.label, self.fallback)
             self.hand_cache_to_eager()
             return self.model(idx, input_pos, slots, mask, return_hidden=return_hidden)

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from .atomic import atomic_path, write_text
+from .atomic import atomic_path, file_sha256, seal
 from .errors import SpecsweepError
 from .locks import TRAINING_WAIT_S, file_lock
 from .model import ModelConfig, Transformer
@@ -124,20 +124,11 @@ def train(model: Transformer, train_ids, val_ids, cfg: TrainConfig, seed: int, p
     return model
 
 
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def save_checkpoint(path: Path, payload: dict) -> None:
-    """Checkpoint and its sha256 sidecar, each written atomically (sidecar last)."""
+    """Checkpoint and its sha256 sidecar, each written atomically (sidecar last: atomic.seal)."""
     with atomic_path(path) as tmp:
         torch.save(payload, tmp)
-        digest = file_sha256(tmp)
-    write_text(path.with_name(path.name + ".sha256"), digest + "\n")
+    seal(path)
 
 
 def verify_checkpoint(path: Path) -> str:

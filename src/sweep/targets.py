@@ -17,7 +17,8 @@ from pathlib import Path
 from ..engine.atomic import atomic_path, write_text
 from ..engine.errors import SpecsweepError
 from ..engine.locks import COPY_WAIT_S, file_lock
-from ..engine.train import TrainedTarget, file_sha256
+from ..engine.atomic import file_sha256
+from ..engine.train import TrainedTarget
 from ..trial.load import TargetSource, cached_target, get_target_cached, target_key_and_path
 from ..trial.spec import TargetSpec
 from .context import PublishedTarget, SweepContext

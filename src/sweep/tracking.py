@@ -75,10 +75,31 @@ def _head(path: Path, n: int = 16) -> bytes:
         return f.read(n)
 
 
+MLFLOW_TABLES = {"experiments", "runs", "alembic_version"}   # a store MLflow made has all three
+
+
+def _foreign_tables(db: Path) -> list[str]:
+    """The tables of an SQLite file that is not an MLflow store ([] for an empty file or database, or
+    an MLflow store), read through a read-only connection: the file is not changed."""
+    import sqlite3
+    if db.stat().st_size == 0:
+        return []
+    try:
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        try:
+            tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        finally:
+            con.close()
+    except sqlite3.DatabaseError as e:
+        raise SpecsweepError(f"the tracking store {db} cannot be read as an SQLite database ({e})") from None
+    return [] if not tables or MLFLOW_TABLES <= tables else sorted(tables)
+
+
 def check_store(uri: str) -> None:
     """Fail fast, with one line, on a store that cannot work, writing nothing: a URI of another
     form (store.check_uri), an unreachable server, a SQLite file whose folder takes no new file
-    (tried) or that is not writable, or one that is not a database."""
+    (tried) or that is not writable, one that is not a regular file or not a database, or a database
+    of another application (tables, but not MLflow's)."""
     check_uri(uri)
     if is_server(uri):
         # bounded retries: a server that goes away mid-sweep fails the trial, not hangs it
@@ -90,10 +111,17 @@ def check_store(uri: str) -> None:
         if db.is_dir():
             raise SpecsweepError(f"the tracking store {db} is a folder, not a database file")
         if db.exists():
+            if not db.is_file():   # a FIFO or a device (/dev/null): reading it could block, writing it loses all
+                raise SpecsweepError(f"the tracking store {db} is not a regular file")
             if not os.access(db, os.W_OK) or not os.access(db.parent, os.W_OK):
                 raise SpecsweepError(f"the tracking store {db} is not writable")
             if db.stat().st_size > 0 and not _head(db).startswith(b"SQLite format 3"):
                 raise SpecsweepError(f"the tracking store {db} is not an SQLite database (corrupt?)")
+            foreign = _foreign_tables(db)
+            if foreign:
+                raise SpecsweepError(f"the tracking store {db} is another application's database (tables "
+                                     f"{', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}; no MLflow "
+                                     "schema): refusing to add MLflow's tables to it; use a new file")
         else:
             check_creatable(db.parent, "the tracking store")
 

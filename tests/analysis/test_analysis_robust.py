@@ -318,3 +318,21 @@ def test_a_folder_that_is_not_a_report_is_refused_not_replaced(noisy, tmp_path, 
     monkeypatch.setattr(report_cli, "write_figure", lambda fig, out_dir, stem: None)  # figures: not the point
     write_outputs(noisy, "new report", empty)  # an empty folder is fine
     assert (empty / "report.md").read_text() == "new report"
+
+
+def test_a_users_folder_holding_a_report_md_is_refused_and_left_as_it_was(noisy, tmp_path, monkeypatch):
+    """A report.md alone does not make a folder the tool's: a user's folder with one beside notes and
+    code is refused, byte for byte unchanged; a folder the tool wrote (its marker) is replaced."""
+    monkeypatch.setattr(report_cli, "write_figure", lambda fig, out_dir, stem: None)   # figures: not the point
+    out = tmp_path / "mine"
+    (out / "src").mkdir(parents=True)
+    files = {"report.md": "my own report", "notes.txt": "ideas", "src/model.py": "print(1)"}
+    for name, text in files.items():
+        (out / name).write_text(text)
+    with pytest.raises(SpecsweepError, match="not a report folder"):
+        write_outputs(noisy, "new report", out)
+    assert {str(p.relative_to(out)): p.read_text() for p in out.rglob("*") if p.is_file()} == files
+    ours = tmp_path / "ours"
+    write_outputs(noisy, "first", ours)
+    write_outputs(noisy, "second", ours)       # the tool's own folder: replaced
+    assert (ours / "report.md").read_text() == "second" and (ours / export.MARKER).is_file()

@@ -93,6 +93,7 @@ CASES = [  # (id, multirun, args, message)
     ("file store", False, ["tracking.uri=file:///tmp/a-file-store"], "is a file store"),
     ("store where no file can be made", False, ["tracking.uri=sqlite:////proc/specsweep-test/mlflow.db"],
      "cannot create the tracking store"),
+    ("store on a device", False, ["tracking.uri=sqlite:////dev/null"], "is not a regular file"),
     ("server nobody answers", False, ["tracking.uri=http://127.0.0.1:9"], "is not reachable"),
     ("missing corpus", False, ["data.path=/nonexistent/corpus.txt"], "corpus file not found"),
     ("binary corpus", False, ["data.path={world}/binary.bin"], "not a text file"),
@@ -145,6 +146,22 @@ def test_a_store_that_is_not_a_database_is_refused_and_left_as_it_was(world, tmp
     for multirun, extra in ((False, []), (True, ["k=1,2"])):
         proc = run_cli(world, tmp_path, multirun, *extra)
         assert refused_before_work(proc, tmp_path, "is not an SQLite database", store_before=b"hello") == []
+
+
+def test_another_applications_database_is_refused_and_left_as_it_was(world, tmp_path):
+    import sqlite3
+    (tmp_path / "store").mkdir()
+    store = tmp_path / "store" / "mlflow.db"
+    con = sqlite3.connect(store)
+    con.execute("CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT)")
+    con.execute("INSERT INTO customers (name) VALUES ('Ada')")
+    con.commit()
+    con.close()
+    before = store.read_bytes()
+    for multirun, extra in ((False, []), (True, ["k=1,2"])):
+        proc = run_cli(world, tmp_path, multirun, *extra)
+        assert refused_before_work(proc, tmp_path, "another application's database", store_before=before) == []
+        assert sorted(p.name for p in store.parent.iterdir()) == ["mlflow.db"]   # no artifacts folder beside it
 
 
 def test_the_negative_control_a_check_after_training_is_caught(world, tmp_path):

@@ -26,7 +26,7 @@ from mlflow.tracking import MlflowClient  # noqa: E402
 
 from src.cluster.servers import (free_port, start_mlflow_server, start_postgres, start_ray_head,  # noqa: E402
                                  start_ray_worker)
-from src.engine.train import file_sha256  # noqa: E402
+from src.engine.atomic import file_sha256  # noqa: E402
 from tests.conftest import COUNTERS, REPO, smoke_cmd, trial_counters  # noqa: E402
 
 pytestmark = pytest.mark.slow  # real sweeps and servers: minutes (make test-fast skips them)

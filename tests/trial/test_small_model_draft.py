@@ -13,7 +13,7 @@ import pytest
 
 from src.engine.errors import SpecsweepError
 from src.engine.tokenizer import CharTokenizer
-from src.engine.train import file_sha256
+from src.engine.atomic import file_sha256
 from src.sweep.context import PublishedTarget, SweepContext
 from src.sweep.plan import PlannedJob, prepare_targets
 from src.sweep.targets import PublishedTargets

@@ -45,13 +45,15 @@ memoized suffix rows, memoized as Python lists with their CDF, per temperature. 
 when they pass `MEMO_LIMIT` rows, and at every `reset`.
 
 Tables are cached on disk when the draft is given `cache_dir` and `target_key`: one file per
-(draft class, target, the draft's own settings, the training ids it used), written atomically.
+(draft class, target, the draft's own settings, the training ids it used), written atomically and
+sealed with its sha256 (src/engine/atomic.py): a table that fails it is deleted and built again.
 """
 from __future__ import annotations
 
 import bisect
 import hashlib
 import json
+import logging
 import time
 from itertools import accumulate
 from pathlib import Path
@@ -59,10 +61,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..atomic import atomic_path
+from ..atomic import atomic_path, seal, sealed, unseal
 from ..locks import BUILD_WAIT_S, file_lock
 from ..sampling import uniforms
 from .base import Draft
+
+log = logging.getLogger(__name__)
 
 MEMO_LIMIT = 8192          # rows memoized per memo (a row and its CDF are ~5 KB of Python floats at V = 84)
 TABLE_KEYS = ("codes", "lam", "ptr", "chars", "vals", "level_contexts")
@@ -237,6 +241,7 @@ class TableDraft(Draft):
                     table = self._build(target, train_ids)
                     with atomic_path(self.cache_file) as tmp:
                         torch.save(table, tmp)
+                    seal(self.cache_file)
         else:
             table = self._build(target, train_ids)
         self.build_s = time.perf_counter() - t0
@@ -255,10 +260,15 @@ class TableDraft(Draft):
                            "vocab": self.vocab_size, "train_ids": fingerprint(train_ids)}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
-    @staticmethod
-    def _load(path: Path) -> dict | None:
-        """The cached table, or None if there is none or it cannot be read (it is then rebuilt)."""
+    def _load(self, path: Path) -> dict | None:
+        """The cached table, or None if there is none, it fails its checksum (overwritten, truncated,
+        or without its sidecar: deleted, said in one line) or it cannot be read: it is then rebuilt."""
         if not path.exists():
+            return None
+        if not sealed(path):
+            log.warning("the %s table %s fails its checksum (corrupt or partial): deleted and built again",
+                        self.name, path.name)
+            unseal(path)
             return None
         try:
             table = torch.load(path, weights_only=True)
