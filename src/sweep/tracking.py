@@ -41,7 +41,11 @@ os.environ.setdefault("MLFLOW_SQLALCHEMYSTORE_POOLCLASS", "NullPool")
 
 def tracking_uri(cfg: DictConfig | None = None) -> str:
     """The store of a config, by the rules of src/sweep/store.py."""
-    return resolve_uri(str(cfg.tracking.uri) if cfg is not None and cfg.tracking.get("uri") else None)
+    uri = cfg.tracking.get("uri") if cfg is not None else None
+    if uri is not None and not str(uri).strip():   # an empty value is a mistake, not the default store
+        raise SpecsweepError("tracking.uri is empty: give a store URI, or null for the default store "
+                             "(MLFLOW_TRACKING_URI, else mlruns/mlflow.db)")
+    return resolve_uri(str(uri) if uri is not None else None)
 
 
 def artifact_location(uri: str, experiment: str) -> str | None:

@@ -309,6 +309,9 @@ def timing_spec(node) -> TimingSpec:
     t = _Reader(node, "timing.")
     pairs = integer("timing.pairs", t["pairs"], 1)
     pair_options = timing_options(t["target_width"], t["confidence"], t["max_pairs"], t["max_seconds"])
+    if pair_options["max_pairs"] is not None and pair_options["max_pairs"] < pairs:
+        raise SpecsweepError(f"timing.max_pairs ({pair_options['max_pairs']}) is below timing.pairs ({pairs}): "
+                             "the cap would never apply; raise it or lower timing.pairs")
     cost_options = cost_round_options(t["cost_width"], t["confidence"], t["cost_max_rounds"], t["cost_max_seconds"])
     lock_dir = t["lock_dir"]
     return TimingSpec(pairs, pair_options, integer("timing.cost_reps", t["cost_reps"], 1), cost_options,
@@ -336,6 +339,13 @@ def engine_spec(node) -> EngineSpec:
         unknown = sorted(k for k in options if not hasattr(inductor, k))
         if unknown:
             raise SpecsweepError(f"engine.options: torch._inductor.config has no {', '.join(unknown)}")
+        for key, value in options.items():   # a value of another type than the option's default is refused
+            default = getattr(inductor, key)
+            kind = type(default)
+            if kind in (bool, int, float, str) and not (
+                    type(value) is kind or (kind is float and type(value) is int)):
+                raise SpecsweepError(f"engine.options.{key} must be a {kind.__name__} (its default is {default!r}), "
+                                     f"got {value!r}")
     return EngineSpec(name, mode, options)
 
 
@@ -356,6 +366,11 @@ def trial_spec(config) -> TrialSpec:
     engine = engine_spec(c.sub("engine").node)
     if engine.name == "onnx" and device != "cpu":
         raise SpecsweepError(f"engine=onnx runs on the CPU: use device=cpu, or engine=compiled on {device}")
+    if device != "cpu":
+        import torch
+        if not torch.cuda.is_available():
+            raise SpecsweepError(f"device={device}: this torch sees no CUDA device (a CPU build, or no GPU); "
+                                 "use device=cpu")
     need = len(prompt) + n_chars + k
     if need > target.model["block_size"]:
         raise SpecsweepError(f"prompt ({len(prompt)}) + n_chars ({n_chars}) + k ({k}) = {need} chars "

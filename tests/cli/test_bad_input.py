@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from src.engine.corpus import synthetic_text
 from src.paths import REPO
@@ -116,6 +117,13 @@ CASES = [  # (id, multirun, args, message)
     ("prompt lookup on the tool's engine", False, ["draft=prompt_lookup"], "runs in transformers' loop only"),
     ("prompt lookup's n-gram size", False, ["engine=transformers", "draft=prompt_lookup",
                                             "draft.max_matching_ngram_size=0"], "max_matching_ngram_size must be"),
+    ("max_pairs below pairs", False, ["timing.pairs=8", "timing.max_pairs=4"],
+     "timing.max_pairs (4) is below timing.pairs (8)"),
+    ("empty tracking uri", False, ["tracking.uri="], "tracking.uri is empty"),
+    ("engine option of the wrong type", False, ["engine=compiled", "engine.options.cpp_wrapper=maybe"],
+     "engine.options.cpp_wrapper must be a bool"),
+    pytest.param("cuda without CUDA", False, ["device=cuda"], "sees no CUDA device",
+                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")),
     ("sweep: a cell twice", True, ["k=1,1"], "are the same cell (k=1)"),
     ("sweep: n_jobs=0", True, ["k=1,2", "hydra.launcher.n_jobs=0"], "hydra.launcher.n_jobs must be"),
     ("sweep: one bad k", True, ["k=1,0"], "trial #1 (k=0): k must be an integer >= 1"),
@@ -133,7 +141,8 @@ CASES = [  # (id, multirun, args, message)
 ]
 
 
-@pytest.mark.parametrize("name,multirun,args,message", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("name,multirun,args,message", CASES,
+                         ids=[c.values[0] if hasattr(c, "marks") else c[0] for c in CASES])
 def test_bad_input_is_refused_before_any_work(world, tmp_path, name, multirun, args, message):
     proc = run_cli(world, tmp_path, multirun, *(a.format(world=world) for a in args))
     assert refused_before_work(proc, tmp_path, message) == [], proc.stdout[-2000:] + proc.stderr[-2000:]

@@ -86,7 +86,7 @@ def test_sigterm_to_the_parent_stops_everything_and_the_rerun_completes(tmp_path
     store = tmp_path / "store"
     store.mkdir()
     uri = f"sqlite:///{store}/mlflow.db"
-    cmd = smoke_cmd(store, 2, "timing.pairs=15", *FAULT_GRID)
+    cmd = smoke_cmd(store, 2, "timing.pairs=15", "timing.max_pairs=15", *FAULT_GRID)
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     running_trial(uri, proc, job_num="0")                     # a trial is mid-run on a worker
     family = descendants(proc.pid)

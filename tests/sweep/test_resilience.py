@@ -113,7 +113,7 @@ def running_trial(uri: str, proc, job_num: str, timeout: float = 300) -> dict:
 def test_killed_trial_fails_alone_and_the_rerun_resumes(tmp_path, smoke_stores):
     store = tmp_path / "store"
     store.mkdir()
-    cmd = smoke_cmd(store, 2, "timing.pairs=15", *FAULT_GRID)
+    cmd = smoke_cmd(store, 2, "timing.pairs=15", "timing.max_pairs=15", *FAULT_GRID)
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     victim = running_trial(f"sqlite:///{store}/mlflow.db", proc, job_num="0")  # found on the server
     os.kill(victim["pid"], signal.SIGKILL)                # the trial's process, mid-run
