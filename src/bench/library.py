@@ -25,7 +25,7 @@ import statistics
 import torch
 
 from ..engine.decode import generate_baseline, generate_speculative, prefill
-from ..engine.library import LibraryLoop, cached_passes
+from ..engine.library import LibraryLoop, assistant_proposal, cached_passes
 from ..engine.measure import proposal
 from ..engine.timing import interleaved_rounds
 from ..trial.load import build_draft
@@ -53,24 +53,10 @@ def tool_blocks(model, draft, prompt: list[int], k: int, n: int, T: float, seed:
 
 def library_blocks(loop: LibraryLoop, prompt: list[int], k: int, n: int, seed: int, reps: int) -> tuple[dict, tuple]:
     """transformers' loop's blocks, and its speculative run's (target passes, drafted chars)."""
-    from transformers import DynamicCache
-    P = len(prompt)
     g = loop.counted(loop.speculative, prompt, n, seed)
     pass_of = cached_passes(loop.target, prompt, k + 1)
     blocks = {("transformers", f"pass {w}"): (pass_of(w), reps) for w in range(1, k + 2)}
-    loop.configure_assistant()
-    ids = torch.tensor([prompt + prompt[-1:]])
-    cache = DynamicCache(config=loop.assistant.config)
-    with torch.no_grad():
-        loop.assistant(input_ids=ids[:, :P], past_key_values=cache, use_cache=True)
-
-    @torch.no_grad()
-    def propose():
-        extra = cache.get_seq_length() - P
-        if extra > 0:
-            cache.crop(-extra)
-        loop.assistant.generate(ids, past_key_values=cache, max_new_tokens=k, min_new_tokens=k,
-                                return_dict_in_generate=True, output_scores=True, **loop.sampling())
+    propose = assistant_proposal(loop, prompt, k)
     blocks[("transformers", "draft")] = (propose, max(1, reps // k))
     blocks[("transformers", "plain run")] = (lambda: loop.baseline(prompt, n, seed), 1)
     blocks[("transformers", "speculative run")] = (lambda: loop.speculative(prompt, n, seed), 1)

@@ -257,6 +257,27 @@ def cached_passes(hf, prompt: list[int], widest: int):
     return pass_of
 
 
+def assistant_proposal(loop: LibraryLoop, prompt: list[int], k: int):
+    """A call of one k-char proposal as transformers' loop makes it: the assistant's own `generate` of
+    k tokens after the prompt and one more char, over its DynamicCache of the prompt (cropped back to
+    it first, as the candidate generator crops after every pass), under the loop's settings."""
+    from transformers import DynamicCache
+    P = len(prompt)
+    loop.configure_assistant()
+    ids = torch.tensor([prompt + prompt[-1:]], device=loop.device)
+    cache = DynamicCache(config=loop.assistant.config)
+    with torch.no_grad():
+        loop.assistant(input_ids=ids[:, :P], past_key_values=cache, use_cache=True)
+    sampling = loop.sampling()
+
+    @torch.no_grad()
+    def propose():
+        rewind(cache, P)
+        loop.assistant.generate(ids, past_key_values=cache, max_new_tokens=k, min_new_tokens=k,
+                                return_dict_in_generate=True, output_scores=True, **sampling)
+    return propose
+
+
 @torch.no_grad()
 def library_cost(loop: LibraryLoop, prompt: list[int], k: int, reps: int, rounds: int, device: str,
                  base_run=None, drafted: dict[int, float] | None = None, width: float | None = None,
@@ -269,11 +290,9 @@ def library_cost(loop: LibraryLoop, prompt: list[int], k: int, reps: int, rounds
     the prompt; prompt lookup's candidate search over the prompt), and, with base_run = (run, chars),
     the library's plain-sampling loop (`base_pass_us`: its time per generated char, every step's
     pass and framework work)."""
-    from transformers import DynamicCache
     from transformers.generation.candidate_generator import PromptLookupCandidateGenerator
     from .measure import component_times
-    P = len(prompt)
-    ids = torch.tensor([prompt + prompt[-1:] * (k + 1)], device=device)   # the values past P do not matter
+    ids = torch.tensor([prompt], device=device)
     target_pass = cached_passes(loop.target, prompt, k + 1)
     blocks = {"target": (target_pass(1), reps)}
     if drafted:
@@ -281,21 +300,13 @@ def library_cost(loop: LibraryLoop, prompt: list[int], k: int, reps: int, rounds
     else:
         blocks["verify"] = (target_pass(k + 1), reps)
     if loop.assistant is not None:
-        loop.configure_assistant()
-        a_cache = DynamicCache(config=loop.assistant.config)
-        loop.assistant(input_ids=ids[:, :P], past_key_values=a_cache, use_cache=True)
-        sampling = loop.sampling()
-
-        def propose():
-            rewind(a_cache, P)
-            loop.assistant.generate(ids[:, :P + 1], past_key_values=a_cache, max_new_tokens=k, min_new_tokens=k,
-                                    return_dict_in_generate=True, output_scores=True, **sampling)
+        propose = assistant_proposal(loop, prompt, k)
     else:
         lookup = PromptLookupCandidateGenerator(num_output_tokens=k, max_matching_ngram_size=loop.lookup_ngram,
                                                 max_length=loop.target.config.n_positions)
 
         def propose():
-            lookup.get_candidates(ids[:, :P])
+            lookup.get_candidates(ids)
     blocks["draft"] = (propose, max(1, reps // k))
     loops = {"base": base_run} if base_run is not None else {}
     out = component_times(blocks, k, loops, rounds, width, level, max_rounds, max_seconds, device, drafted)
