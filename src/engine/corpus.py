@@ -49,8 +49,12 @@ def sha256_bytes(data: bytes) -> str:
 
 def read_text_file(path: str | Path) -> str:
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise SpecsweepError(f"corpus file not found: {path}")
+    if path.is_dir():
+        raise SpecsweepError(f"corpus {path} is a folder: give a text file")
+    if not path.is_file():   # a FIFO or a device: reading could block forever or never end
+        raise SpecsweepError(f"corpus {path} is not a regular file (a FIFO or a device): give a text file")
     try:
         data = path.read_bytes()
     except OSError as e:

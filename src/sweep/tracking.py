@@ -30,7 +30,7 @@ from ..engine.errors import SpecsweepError
 from ..paths import REPO
 from ..trial.spec import TrialSpec, tree_label
 from ..engine.locks import SETUP_WAIT_S, check_creatable, file_lock
-from .store import check_uri, is_server, resolve_uri, sqlite_path
+from .store import DATABASE_SCHEMES, check_uri, is_server, resolve_uri, sqlite_path
 
 log = logging.getLogger(__name__)
 # No pooled SQLite connections: a trial process forked from a worker must not inherit open
@@ -74,6 +74,42 @@ def check_server(uri: str, timeout: float = 3.0) -> None:
     raise SpecsweepError(f"tracking server {uri} is not reachable ({problem})")
 
 
+DEFAULT_PORTS = {"postgresql": 5432, "mysql": 3306, "mssql": 1433}
+
+
+@functools.lru_cache(maxsize=8)   # a store that passed stays checked for this process (failures are not cached)
+def check_database(uri: str, timeout: float = 3.0) -> None:
+    """A PostgreSQL, MySQL or SQL Server store, tried before any work: its server answers on its port
+    (within `timeout`), SQLAlchemy's driver for the URI's form is installed, and a connection opens.
+    Each failure is one sentence: a bare postgresql:// means psycopg 3 to SQLAlchemy 2, which
+    specsweep does not install (the cluster extra has psycopg2: postgresql+psycopg2://)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+    try:
+        url = make_url(uri)
+        dialect = url.get_dialect()
+    except (ArgumentError, NoSuchModuleError, ValueError) as e:
+        raise SpecsweepError(f"tracking store {uri!r}: SQLAlchemy cannot read it ({e})") from None
+    backend = url.get_backend_name()
+    port = url.port or DEFAULT_PORTS.get(backend)
+    try:
+        socket.create_connection((url.host, port), timeout=timeout).close()
+    except OSError as e:
+        raise SpecsweepError(f"tracking store {uri}: its database server {url.host}:{port} is not reachable "
+                             f"({e.strerror or e})") from None
+    try:
+        dialect.import_dbapi()
+    except ImportError as e:
+        hint = " (the cluster extra installs psycopg2: use postgresql+psycopg2://)" if backend == "postgresql" else ""
+        raise SpecsweepError(f"tracking store {uri}: its driver {dialect.driver} is not installed ({e}){hint}") from None
+    from sqlalchemy import create_engine
+    from sqlalchemy.pool import NullPool
+    try:
+        create_engine(uri, poolclass=NullPool).connect().close()
+    except Exception as e:
+        raise SpecsweepError(f"tracking store {uri}: cannot connect ({str(e).strip().splitlines()[0][:200]})") from None
+
+
 def _head(path: Path, n: int = 16) -> bytes:
     with open(path, "rb") as f:
         return f.read(n)
@@ -103,13 +139,16 @@ def check_store(uri: str) -> None:
     """Fail fast, with one line, on a store that cannot work, writing nothing: a URI of another
     form (store.check_uri), an unreachable server, a SQLite file whose folder takes no new file
     (tried) or that is not writable, one that is not a regular file or not a database, or a database
-    of another application (tables, but not MLflow's)."""
+    of another application (tables, but not MLflow's); a database server that does not answer, or
+    whose driver is missing (check_database)."""
     check_uri(uri)
     if is_server(uri):
         # bounded retries: a server that goes away mid-sweep fails the trial, not hangs it
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
         check_server(uri)
+    if uri.split(":", 1)[0].split("+", 1)[0].lower() in DATABASE_SCHEMES:
+        check_database(uri)
     db = sqlite_path(uri)
     if db is not None:
         if db.is_dir():

@@ -41,6 +41,7 @@ def world(tmp_path_factory):
     (root / "short.txt").write_text("the cat sat. " * 10)
     (root / "binary.bin").write_bytes(bytes(range(256)) * 100)
     (root / "not_a_db.db").write_text("hello")
+    os.mkfifo(root / "fifo")
     plugins = root / "plugins"
     plugins.mkdir()
     (plugins / "late_draft.py").write_text(LATE_DRAFT)
@@ -97,6 +98,9 @@ CASES = [  # (id, multirun, args, message)
     ("store on a device", False, ["tracking.uri=sqlite:////dev/null"], "is not a regular file"),
     ("server nobody answers", False, ["tracking.uri=http://127.0.0.1:9"], "is not reachable"),
     ("missing corpus", False, ["data.path=/nonexistent/corpus.txt"], "corpus file not found"),
+    ("corpus is a folder", False, ["data.path={world}"], "is a folder: give a text file"),
+    ("corpus is a device", False, ["data.path=/dev/zero"], "is not a regular file"),
+    ("corpus is a FIFO", False, ["data.path={world}/fifo"], "is not a regular file"),
     ("binary corpus", False, ["data.path={world}/binary.bin"], "not a text file"),
     ("one repeated char", False, ["data.path={world}/one_char.txt", "prompt=aaa"], "1 distinct char"),
     ("prompt outside the corpus", False, ["prompt=XYZ"], "the prompt has chars 'XYZ'"),
@@ -119,6 +123,8 @@ CASES = [  # (id, multirun, args, message)
                                             "draft.max_matching_ngram_size=0"], "max_matching_ngram_size must be"),
     ("max_pairs below pairs", False, ["timing.pairs=8", "timing.max_pairs=4"],
      "timing.max_pairs (4) is below timing.pairs (8)"),
+    ("database server nobody answers", False, ["tracking.uri=postgresql+psycopg2://u@127.0.0.1:9/mlflow"],
+     "database server 127.0.0.1:9 is not reachable"),
     ("empty tracking uri", False, ["tracking.uri="], "tracking.uri is empty"),
     ("engine option of the wrong type", False, ["engine=compiled", "engine.options.cpp_wrapper=maybe"],
      "engine.options.cpp_wrapper must be a bool"),
