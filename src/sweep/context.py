@@ -35,7 +35,7 @@ class SweepContext:
     code_version: str              # a worker whose checkout differs refuses to run
     total: int                     # trials planned (the grid)
     to_run: int                    # of them, not already FINISHED when the sweep started
-    n_jobs: int                    # parallel workers, as configured (informational)
+    n_jobs: int                    # parallel workers joblib runs (launchers.n_workers; informational)
     started: float                 # epoch seconds, for the progress ETA
     parent: str                    # "host:pid" of the sweep's parent process: a job there runs in-process
     targets: tuple[PublishedTarget, ...] = field(default_factory=tuple)

@@ -37,12 +37,13 @@ def launcher_name(config: DictConfig) -> str:
 
 
 def n_workers(config: DictConfig) -> int:
-    """Parallel workers as configured: joblib's n_jobs (-1: one per core); 0 where the
-    launcher or the cluster decides (ray, submitit)."""
+    """Parallel workers that run: joblib's own count for n_jobs (-1: one per core joblib sees,
+    -2: all but one, ...); 0 where the launcher or the cluster decides (ray, submitit)."""
     n = config.hydra.launcher.get("n_jobs")
     if n is None:
         return 1 if launcher_name(config) == "BasicLauncher" else 0
-    return os.cpu_count() if n < 0 else int(n)
+    import joblib
+    return joblib.effective_n_jobs(int(n))
 
 
 def _whole(key: str, value, lo: int) -> None:
@@ -55,7 +56,8 @@ def check_settings(config: DictConfig) -> None:
     launcher = config.hydra.launcher
     n = launcher.get("n_jobs")
     if n is not None:
-        cores = os.cpu_count() or 1
+        import joblib
+        cores = joblib.cpu_count()
         if isinstance(n, bool) or not isinstance(n, int) or n == 0 or (n < 0 and cores + 1 + n < 1):
             raise SpecsweepError(f"hydra.launcher.n_jobs must be an integer >= 1, or -1 for one per core "
                                  f"(-2: all but one, down to -{cores}), got {n!r}")
