@@ -1,12 +1,14 @@
-"""What is checked of a trial's inputs before any work: its folders and its corpus.
+"""What is checked of a trial's inputs before any work: its folders, its corpus, its cached checkpoints.
 
 `check_inputs(spec)` tries that a file can be created in the cache folder (corpus, models,
-drafts) and in the timing lock's folder, then `check_corpus(spec)` reads the corpus (fetching the default one on first use, as a trial
-would) and refuses, in one sentence, one that cannot serve the trial: a vocabulary of one char
-or of more than `data.max_vocab`, a prompt with chars the corpus lacks, a training or
-validation split shorter than the context window of the target (or of a model draft's own
-model) plus one. The sweep's parent runs it for every trial of its plan, and a single run before its
-own; both before the store is touched or a target trained.
+drafts) and in the timing lock's folder; then `check_corpus(spec)` reads the corpus (fetching
+the default one on first use, as a trial would) and refuses, in one sentence, one that cannot
+serve the trial: a vocabulary of one char or of more than `data.max_vocab`, a prompt with chars
+the corpus lacks, a training or validation split shorter than the context window of the target
+(or of a model draft's own model) plus one; last, a cached checkpoint the trial would load that
+fails its checksum is refused (`check_cached_checkpoints`). The sweep's parent runs it for every
+trial of its plan, and a single run before its own; both before the store is touched or a
+target trained.
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from pathlib import Path
 
 from ..engine.errors import SpecsweepError
 from ..engine.locks import check_creatable
-from ..engine.train import corpus_tokenizer
+from ..engine.train import corpus_tokenizer, target_location, verify_checkpoint
 from .load import load_corpus_of
 from .spec import TargetSpec, TrialSpec
 
@@ -26,7 +28,29 @@ def check_inputs(spec: TrialSpec) -> Corpus:
     check_creatable(spec.target.data.cache_dir, "the cache (data.cache_dir)")
     if spec.timing.lock:
         check_creatable(spec.timing.lock_dir or Path(tempfile.gettempdir()), "the timing lock (timing.lock_dir)")
-    return check_corpus(spec)
+    corpus = check_corpus(spec)
+    check_cached_checkpoints(spec, corpus)
+    return corpus
+
+
+_VERIFIED: dict[tuple, str] = {}   # (path, size, mtime) -> its sha256, verified by this process
+
+
+def check_cached_checkpoints(spec: TrialSpec, corpus: Corpus) -> None:
+    """A cached checkpoint of the trial's target (or of a model draft's own model) that fails its
+    checksum is refused now, before the store is touched, not when the trial loads it. A missing
+    one is fine: it will be trained. Each file is hashed once per process while it is unchanged."""
+    for target in (spec.target, spec.draft.model):
+        if target is None:
+            continue
+        _, path = target_location(corpus, target.model, target.train, target.train_seed, target.data.cache_dir)
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            continue
+        key = (str(path), st.st_size, st.st_mtime_ns)
+        if key not in _VERIFIED:
+            _VERIFIED[key] = verify_checkpoint(path)
 
 
 def check_corpus(spec: TrialSpec) -> Corpus:

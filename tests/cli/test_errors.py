@@ -93,6 +93,11 @@ def test_corrupt_checkpoint_is_refused(tiny, tmp_path):
     with pytest.raises(SpecsweepError, match="fails its checksum"):
         run_trial(trial_spec(compose_cfg(cfg.data.path, cache)), progress=False)
     ckpt.write_bytes(data[:100] + bytes([data[100] ^ 1]) + data[101:])  # one bit flipped
-    proc = _cli("model=tiny", "train=quick", f"data.path={cfg.data.path}", f"data.cache_dir={cache}",
-                f"prompt='{cfg.prompt}'", "n_chars=64", f"hydra.run.dir={tmp_path}/run")
+    store = tmp_path / "store" / "mlflow.db"
+    common = ("model=tiny", "train=quick", f"data.path={cfg.data.path}", f"data.cache_dir={cache}",
+              f"prompt='{cfg.prompt}'", "n_chars=64", f"tracking.uri=sqlite:///{store}")
+    _assert_one_line_error(_cli(*common, f"hydra.run.dir={tmp_path}/run"), "fails its checksum")
+    # a sweep refuses it in its checks, before its store is written (not when it loads the target)
+    proc = _cli("-m", *common, "k=1,2", "hydra.launcher.n_jobs=1", f"hydra.sweep.dir={tmp_path}/sweep")
     _assert_one_line_error(proc, "fails its checksum")
+    assert not store.parent.exists(), sorted(p.name for p in store.parent.iterdir())
