@@ -14,7 +14,6 @@ import functools
 import logging
 import re
 from dataclasses import dataclass
-from pathlib import Path
 
 import mlflow
 import pandas as pd
@@ -22,7 +21,7 @@ from mlflow.tracking import MlflowClient
 
 from src.engine.errors import SpecsweepError
 from src.paths import REPO
-from src.sweep.store import DEFAULT_EXPERIMENT, KIND_TAG, REUSED_PREFIX, SWEEP, TRIAL, resolve_uri
+from src.sweep.store import DEFAULT_EXPERIMENT, KIND_TAG, REUSED_PREFIX, SWEEP, TRIAL, check_readable, resolve_uri
 
 log = logging.getLogger(__name__)
 
@@ -65,11 +64,9 @@ def default_tracking_uri() -> str:
 
 
 def connect(uri: str) -> MlflowClient:
-    """Point mlflow at `uri`; refuse a SQLite file that does not exist (MLflow would create an empty one)."""
-    if uri.startswith("sqlite:///"):
-        path = Path(uri.removeprefix("sqlite:///"))
-        if not path.is_file():
-            raise SpecsweepError(f"no tracking store at {path} (run a sweep first, or pass --tracking-uri)")
+    """Point mlflow at `uri` once the store passed store.check_readable (nothing is created or changed:
+    MLflow would make an empty database at a missing path)."""
+    check_readable(uri)
     mlflow.set_tracking_uri(uri)
     return MlflowClient(uri)
 

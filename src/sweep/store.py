@@ -1,4 +1,5 @@
-"""The store rules, in one place: which tracking store, which experiment, how runs are tagged.
+"""The store rules, in one place: which tracking store, which experiment, how runs are tagged,
+and what is tried of a store before it is used (its URI's form, its server, its driver, its file).
 
 Used by the sweep (src/sweep), the analysis (analysis/) and `make ui` alike. It imports
 nothing of MLflow and changes no environment, so anything may import it.
@@ -8,8 +9,11 @@ nothing of MLflow and changes no environment, so anything may import it.
 """
 from __future__ import annotations
 
+import functools
 import os
+import socket
 import sys
+import urllib.request
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -76,7 +80,115 @@ def is_server(uri: str) -> bool:
     return uri.startswith(("http://", "https://"))
 
 
-def is_host_local(uri: str) -> bool:
+def is_database(uri: str) -> bool:
+    """A PostgreSQL, MySQL or SQL Server URL (with or without +driver)."""
+    return uri.split(":", 1)[0].split("+", 1)[0].lower() in DATABASE_SCHEMES
+
+
+def check_server(uri: str, timeout: float = 3.0) -> None:
+    """A tracking server that is down gets a clear message within seconds, not minutes of retries."""
+    try:
+        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout) as resp:
+            if resp.status == 200:
+                return
+            problem = f"HTTP {resp.status}"
+    except (OSError, ValueError) as e:
+        problem = str(getattr(e, "reason", e))
+    raise SpecsweepError(f"tracking server {uri} is not reachable ({problem})")
+
+
+DEFAULT_PORTS = {"postgresql": 5432, "mysql": 3306, "mssql": 1433}
+
+
+@functools.lru_cache(maxsize=8)   # a store that passed stays checked for this process (failures are not cached)
+def check_database(uri: str, timeout: float = 3.0) -> None:
+    """A PostgreSQL, MySQL or SQL Server store, tried before any work: its server answers on its port
+    (within `timeout`), SQLAlchemy's driver for the URI's form is installed, and a connection opens.
+    Each failure is one sentence: a bare postgresql:// means psycopg 3 to SQLAlchemy 2, which
+    specsweep does not install (the cluster extra has psycopg2: postgresql+psycopg2://)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+    try:
+        url = make_url(uri)
+        dialect = url.get_dialect()
+    except (ArgumentError, NoSuchModuleError, ValueError) as e:
+        raise SpecsweepError(f"tracking store {uri!r}: SQLAlchemy cannot read it ({e})") from None
+    backend = url.get_backend_name()
+    port = url.port or DEFAULT_PORTS.get(backend)
+    try:
+        socket.create_connection((url.host, port), timeout=timeout).close()
+    except OSError as e:
+        raise SpecsweepError(f"tracking store {uri}: its database server {url.host}:{port} is not reachable "
+                             f"({e.strerror or e})") from None
+    try:
+        dialect.import_dbapi()
+    except ImportError as e:
+        hint = " (the cluster extra installs psycopg2: use postgresql+psycopg2://)" if backend == "postgresql" else ""
+        raise SpecsweepError(f"tracking store {uri}: its driver {dialect.driver} is not installed ({e}){hint}") from None
+    from sqlalchemy import create_engine
+    from sqlalchemy.pool import NullPool
+    try:
+        create_engine(uri, poolclass=NullPool).connect().close()
+    except Exception as e:
+        raise SpecsweepError(f"tracking store {uri}: cannot connect ({str(e).strip().splitlines()[0][:200]})") from None
+
+
+def sqlite_head(path: Path, n: int = 16) -> bytes:
+    with open(path, "rb") as f:
+        return f.read(n)
+
+
+MLFLOW_TABLES = {"experiments", "runs", "alembic_version"}   # a store MLflow made has all three
+
+
+def sqlite_tables(db: Path) -> set[str]:
+    """The tables of an SQLite file, read through a read-only connection (the file is not changed)."""
+    import sqlite3
+    try:
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        try:
+            return {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        finally:
+            con.close()
+    except sqlite3.DatabaseError as e:
+        raise SpecsweepError(f"the tracking store {db} cannot be read as an SQLite database ({e})") from None
+
+
+def foreign_tables(db: Path) -> list[str]:
+    """The tables of an SQLite file that is not an MLflow store ([] for an empty file or database, or
+    an MLflow store); the file is not changed."""
+    if db.stat().st_size == 0:
+        return []
+    tables = sqlite_tables(db)
+    return [] if not tables or MLFLOW_TABLES <= tables else sorted(tables)
+
+
+def check_readable(uri: str) -> None:
+    """A store the analysis reads, tried before it is opened, writing nothing: its URI's form, its
+    server or database answering, or, for SQLite, a regular file holding an MLflow store (MLflow
+    would create an empty database at a missing path, or add its tables to another one)."""
+    check_uri(uri)
+    if is_server(uri):
+        check_server(uri)
+    elif is_database(uri):
+        check_database(uri)
+    db = sqlite_path(uri)
+    if db is None:
+        return
+    if not db.exists():
+        raise SpecsweepError(f"no tracking store at {db} (run a sweep first, or pass --tracking-uri)")
+    if not db.is_file():
+        raise SpecsweepError(f"the tracking store {db} is not a regular file")
+    if not os.access(db, os.R_OK):
+        raise SpecsweepError(f"the tracking store {db} is not readable")
+    if db.stat().st_size == 0 or not sqlite_head(db).startswith(b"SQLite format 3"):
+        raise SpecsweepError(f"the tracking store {db} is not an SQLite database")
+    if not MLFLOW_TABLES <= sqlite_tables(db):
+        raise SpecsweepError(f"the tracking store {db} is not an MLflow store (no MLflow tables): "
+                             "pass the mlflow.db a sweep wrote")
+
+
+
     """A store only this host can reach: a SQLite file, a file store, a bare path. Workers on
     other hosts would each open a store of their own, so a cluster launcher refuses it."""
     return not is_server(uri) and not uri.startswith(DATABASE_SCHEMES)

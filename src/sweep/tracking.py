@@ -30,7 +30,8 @@ from ..engine.errors import SpecsweepError
 from ..paths import REPO
 from ..trial.spec import TrialSpec, tree_label
 from ..engine.locks import SETUP_WAIT_S, check_creatable, file_lock
-from .store import DATABASE_SCHEMES, check_uri, is_server, resolve_uri, sqlite_path
+from .store import check_database, check_server, check_uri, foreign_tables, is_database, is_server, resolve_uri, \
+    sqlite_head, sqlite_path
 
 log = logging.getLogger(__name__)
 # No pooled SQLite connections: a trial process forked from a worker must not inherit open
@@ -62,79 +63,6 @@ def store_lock(uri: str):
     return file_lock(path, f"the tracking store {uri}", SETUP_WAIT_S)
 
 
-def check_server(uri: str, timeout: float = 3.0) -> None:
-    """A tracking server that is down gets a clear message within seconds, not minutes of retries."""
-    try:
-        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout) as resp:
-            if resp.status == 200:
-                return
-            problem = f"HTTP {resp.status}"
-    except (OSError, ValueError) as e:
-        problem = str(getattr(e, "reason", e))
-    raise SpecsweepError(f"tracking server {uri} is not reachable ({problem})")
-
-
-DEFAULT_PORTS = {"postgresql": 5432, "mysql": 3306, "mssql": 1433}
-
-
-@functools.lru_cache(maxsize=8)   # a store that passed stays checked for this process (failures are not cached)
-def check_database(uri: str, timeout: float = 3.0) -> None:
-    """A PostgreSQL, MySQL or SQL Server store, tried before any work: its server answers on its port
-    (within `timeout`), SQLAlchemy's driver for the URI's form is installed, and a connection opens.
-    Each failure is one sentence: a bare postgresql:// means psycopg 3 to SQLAlchemy 2, which
-    specsweep does not install (the cluster extra has psycopg2: postgresql+psycopg2://)."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
-    try:
-        url = make_url(uri)
-        dialect = url.get_dialect()
-    except (ArgumentError, NoSuchModuleError, ValueError) as e:
-        raise SpecsweepError(f"tracking store {uri!r}: SQLAlchemy cannot read it ({e})") from None
-    backend = url.get_backend_name()
-    port = url.port or DEFAULT_PORTS.get(backend)
-    try:
-        socket.create_connection((url.host, port), timeout=timeout).close()
-    except OSError as e:
-        raise SpecsweepError(f"tracking store {uri}: its database server {url.host}:{port} is not reachable "
-                             f"({e.strerror or e})") from None
-    try:
-        dialect.import_dbapi()
-    except ImportError as e:
-        hint = " (the cluster extra installs psycopg2: use postgresql+psycopg2://)" if backend == "postgresql" else ""
-        raise SpecsweepError(f"tracking store {uri}: its driver {dialect.driver} is not installed ({e}){hint}") from None
-    from sqlalchemy import create_engine
-    from sqlalchemy.pool import NullPool
-    try:
-        create_engine(uri, poolclass=NullPool).connect().close()
-    except Exception as e:
-        raise SpecsweepError(f"tracking store {uri}: cannot connect ({str(e).strip().splitlines()[0][:200]})") from None
-
-
-def _head(path: Path, n: int = 16) -> bytes:
-    with open(path, "rb") as f:
-        return f.read(n)
-
-
-MLFLOW_TABLES = {"experiments", "runs", "alembic_version"}   # a store MLflow made has all three
-
-
-def _foreign_tables(db: Path) -> list[str]:
-    """The tables of an SQLite file that is not an MLflow store ([] for an empty file or database, or
-    an MLflow store), read through a read-only connection: the file is not changed."""
-    import sqlite3
-    if db.stat().st_size == 0:
-        return []
-    try:
-        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-        try:
-            tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        finally:
-            con.close()
-    except sqlite3.DatabaseError as e:
-        raise SpecsweepError(f"the tracking store {db} cannot be read as an SQLite database ({e})") from None
-    return [] if not tables or MLFLOW_TABLES <= tables else sorted(tables)
-
-
 def check_store(uri: str) -> None:
     """Fail fast, with one line, on a store that cannot work, writing nothing: a URI of another
     form (store.check_uri), an unreachable server, a SQLite file whose folder takes no new file
@@ -147,7 +75,7 @@ def check_store(uri: str) -> None:
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
         check_server(uri)
-    if uri.split(":", 1)[0].split("+", 1)[0].lower() in DATABASE_SCHEMES:
+    if is_database(uri):
         check_database(uri)
     db = sqlite_path(uri)
     if db is not None:
@@ -158,9 +86,9 @@ def check_store(uri: str) -> None:
                 raise SpecsweepError(f"the tracking store {db} is not a regular file")
             if not os.access(db, os.W_OK) or not os.access(db.parent, os.W_OK):
                 raise SpecsweepError(f"the tracking store {db} is not writable")
-            if db.stat().st_size > 0 and not _head(db).startswith(b"SQLite format 3"):
+            if db.stat().st_size > 0 and not sqlite_head(db).startswith(b"SQLite format 3"):
                 raise SpecsweepError(f"the tracking store {db} is not an SQLite database (corrupt?)")
-            foreign = _foreign_tables(db)
+            foreign = foreign_tables(db)
             if foreign:
                 raise SpecsweepError(f"the tracking store {db} is another application's database (tables "
                                      f"{', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}; no MLflow "

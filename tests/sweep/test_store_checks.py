@@ -74,3 +74,36 @@ def test_a_failure_is_tried_again_on_the_next_call(monkeypatch):
         with pytest.raises(SpecsweepError):
             check_database(uri)
     assert len(calls) == 2
+
+
+# --- the analysis's side: a store it reads is tried first, and nothing is written to it ---------------
+
+def test_report_and_predict_refuse_a_bad_store_in_one_line_and_write_nothing(tmp_path, capsys):
+    """Not MLflow's model-registry message or a driver's traceback: the store rules' own sentence."""
+    import sqlite3
+
+    from analysis import predict, report
+    foreign = tmp_path / "app.db"
+    con = sqlite3.connect(foreign)
+    con.execute("CREATE TABLE customers (id INTEGER)")
+    con.commit()
+    con.close()
+    text = tmp_path / "notes.txt"
+    text.write_text("not a database")
+    before = {p: p.read_bytes() for p in (foreign, text)}
+    cases = [("ftp://host/store", "unknown scheme 'ftp'"),
+             ("http://127.0.0.1:9", "is not reachable"),
+             ("postgresql+psycopg2://u@127.0.0.1:9/mlflow", "database server 127.0.0.1:9 is not reachable"),
+             ("sqlite:////dev/null", "is not a regular file"),
+             (f"sqlite:///{text}", "is not an SQLite database"),
+             (f"sqlite:///{foreign}", "is not an MLflow store"),
+             (f"sqlite:///{tmp_path / 'missing.db'}", "no tracking store at")]
+    for uri, message in cases:
+        for command in (lambda: report.main(["--tracking-uri", uri]),
+                        lambda: predict.main(["--validate", "--tracking-uri", uri])):
+            check_database.cache_clear()
+            assert command() == 2
+            err = capsys.readouterr().err.strip().splitlines()
+            assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], (uri, err)
+    assert {p: p.read_bytes() for p in (foreign, text)} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["app.db", "notes.txt"]
