@@ -475,7 +475,8 @@ def validate_sweep(args, overrides: list[str], o: Overheads) -> pd.DataFrame:
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     from .load import DEFAULT_EXPERIMENT
-    p = argparse.ArgumentParser(prog="python -m analysis.predict", description=__doc__.splitlines()[0],
+    from src.engine.errors import ArgParser
+    p = ArgParser(prog="python -m analysis.predict", description=__doc__.splitlines()[0],
                                 epilog="Other arguments: Hydra overrides KEY=VALUE of conf/ (k= takes a comma list).")
     p.add_argument("--fit-sweep", help="take the loop overheads from this finished sweep's extended-model fit")
     p.add_argument("--fit-drafts", help="fit them on these drafts' trials only (comma list; default: all)")

@@ -26,7 +26,7 @@ import pandas as pd
 from mlflow.exceptions import MlflowException
 
 from src.engine.atomic import write_text
-from src.engine.errors import SpecsweepError
+from src.engine.errors import ArgParser, SpecsweepError
 
 from . import figures
 from .aggregate import configured_level, pooled_speedup, trial_status
@@ -187,7 +187,7 @@ def default_out(sweep_id: str) -> Path:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m analysis.report",
+    p = ArgParser(prog="python -m analysis.report",
                                 description="Turn one sweep's MLflow runs into tables, cost models and figures.")
     p.add_argument("--sweep-id", help="the sweep to report (default: the latest)")
     p.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help="MLflow experiment (default: %(default)s)")

@@ -27,9 +27,7 @@ The bigram draft is the reference row. Nothing is written to the draft cache.
 """
 from __future__ import annotations
 
-import argparse
 import resource
-import sys
 import time
 
 import torch
@@ -40,7 +38,7 @@ from omegaconf import OmegaConf
 from ..engine.acceptance import mean_overlap, sample_text
 from ..engine.drafts import DistilledDraft, NgramDraft
 from ..engine.drafts.distilled import target_probs
-from ..engine.errors import SpecsweepError
+from ..engine.errors import ArgParser, SpecsweepError, at_least, refuse
 from ..engine.measure import measure_cost
 from ..engine.train import all_cores
 from ..paths import CONF_DIR
@@ -92,17 +90,23 @@ def parse_orders(text: str) -> list[int]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = ArgParser(prog="python -m src.bench.drafts", description=__doc__.splitlines()[0])
     ap.add_argument("--orders", default="1-8", help="context lengths, e.g. 1-8 or 4,6")
     ap.add_argument("--drafts", default=",".join(TABLE_DRAFTS))
-    ap.add_argument("--seqs", type=int, default=24, help="sampled sequences (positions = seqs x chars)")
-    ap.add_argument("--chars", type=int, default=200, help="chars sampled per sequence")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seqs", type=at_least(1), default=24, help="sampled sequences (positions = seqs x chars)")
+    ap.add_argument("--chars", type=at_least(1), default=200, help="chars sampled per sequence")
+    ap.add_argument("--seed", type=at_least(0), default=0)
     ap.add_argument("overrides", nargs="*", help="KEY=VALUE (config) or ngram.KEY=VALUE / distilled.KEY=VALUE")
     args = ap.parse_args()
     drafts = [d for d in args.drafts.split(",") if d]
     if any(d not in TABLE_DRAFTS for d in drafts):
-        sys.exit(f"error: --drafts takes {', '.join(TABLE_DRAFTS)}")
+        refuse(f"--drafts takes {', '.join(TABLE_DRAFTS)}")
+    try:
+        orders = parse_orders(args.orders)
+    except ValueError:
+        orders = []
+    if not orders or min(orders) < 1:
+        refuse(f"--orders takes context lengths >= 1, e.g. 1-8 or 4,6; got {args.orders!r}")
     draft_cfgs = {d: OmegaConf.load(CONF_DIR / "draft" / f"{d}.yaml") for d in TABLE_DRAFTS}
     main_overrides = []
     for o in args.overrides:
@@ -117,10 +121,16 @@ def main() -> None:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
             cfg = compose("config", overrides=main_overrides)
         spec = trial_spec(cfg)
+        for d in drafts:   # each draft's options (ngram.KEY=VALUE ...) checked before the target is loaded
+            draft_spec(draft_cfgs[d], cfg)
         torch.set_num_threads(spec.threads)
         corpus, target = load_target(spec.target)
     except SpecsweepError as e:
-        sys.exit(f"error: {e}")
+        refuse(str(e))
+    except Exception as e:  # noqa: BLE001 - a config error from Hydra: one line, not a traceback
+        if type(e).__module__.split(".")[0] not in ("hydra", "omegaconf"):
+            raise
+        refuse(str(e).splitlines()[0])
     model, ids = target.model, train_ids_of(spec.target, target, corpus)
     prompt = target.tokenizer.encode(cfg.prompt).tolist()
     n = min(args.chars, model.cfg.block_size - len(prompt))
@@ -133,7 +143,6 @@ def main() -> None:
     t0 = time.perf_counter()
     bigram = build_draft(draft_spec(OmegaConf.load(CONF_DIR / "draft" / "bigram.yaml")), spec.target, target, corpus)
     rows.append(draft_row("bigram", 1, bigram, model, prompt, cfg, seq, p, n, time.perf_counter() - t0))
-    orders = parse_orders(args.orders)
     for name in drafts:
         settings = {k: v for k, v in OmegaConf.to_container(draft_cfgs[name]).items() if k not in ("_target_", "order")}
         label = settings.pop("name", name)

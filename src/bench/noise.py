@@ -32,10 +32,8 @@ errors, flagged trials, the recommendations), and the two are printed side by si
 """
 from __future__ import annotations
 
-import argparse
 import logging
 import re
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -44,8 +42,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..engine.errors import SpecsweepError
-from .runs import run_sweep, store_uri
+from ..engine.errors import ArgParser, SpecsweepError, at_least, refuse
+from .runs import check_sweep, run_sweep, store_uri
 from .hog import CpuHog, default_hog_cores, exit_on_sigterm, usable_cores
 
 TARGETS = {"quiet": 5.0, "loaded": 10.0}   # the issue's held-out max APE targets, percent
@@ -318,16 +316,10 @@ def report(q: Condition, l: Condition) -> None:
         part(q, l)
 
 
-def bad_input(message: str) -> None:
-    """One line on stderr and exit status 2, as every command here ends on bad input."""
-    print(f"error: {message}", file=sys.stderr)
-    sys.exit(2)
-
-
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = ArgParser(prog="python -m src.bench.noise", description=__doc__.splitlines()[0])
     ap.add_argument("--sweep", default="paper")
-    ap.add_argument("--hog-cores", type=int, default=default_hog_cores(),
+    ap.add_argument("--hog-cores", type=at_least(0), default=default_hog_cores(),
                     help="busy processes, one pinned per usable core (default: every usable core, %(default)s)")
     ap.add_argument("--hog-duty", type=float, default=1.0,
                     help="share of each 0.1 s the hog spins (default 1: all the time)")
@@ -336,9 +328,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seeds", help="a slice of the sweep's seeds, e.g. 0,1 (hydra.sweeper.params.seed)")
     ap.add_argument("overrides", nargs="*", help="extra Hydra overrides for both runs")
     args = ap.parse_args(argv)
+    check_sweep(args.sweep)
     if args.seeds is not None:
         if not re.fullmatch(r"\d+(,\d+)*", args.seeds):
-            bad_input(f"--seeds takes seeds separated by commas, e.g. 0,1; got {args.seeds!r}")
+            refuse(f"--seeds takes seeds separated by commas, e.g. 0,1; got {args.seeds!r}")
         # quoted for Hydra, so that the list reaches the sweeper instead of sweeping Hydra's own config
         args.overrides.append(f"hydra.sweeper.params.seed='{args.seeds}'")
     try:
@@ -347,7 +340,7 @@ def main(argv: list[str] | None = None) -> None:
             # a sweep into a store that holds it already would resume it: nothing would be measured
             raise SpecsweepError(f"{args.keep} holds quiet/ or loaded/ already: name a new folder")
     except SpecsweepError as e:
-        bad_input(str(e))
+        refuse(str(e))
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("mlflow").setLevel(logging.WARNING)
     exit_on_sigterm()  # SIGTERM unwinds like Ctrl-C: the hog's `with` block stops its children on the way out

@@ -29,8 +29,6 @@ ratios between rules are what this reads.
 """
 from __future__ import annotations
 
-import argparse
-import sys
 import time
 import warnings
 
@@ -38,7 +36,7 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from ..engine.acceptance import chain_acceptance, sample_text
-from ..engine.errors import SpecsweepError
+from ..engine.errors import ArgParser, SpecsweepError, at_least, refuse
 from ..paths import CONF_DIR
 from ..trial.load import build_draft, load_target
 from ..trial.spec import trial_spec
@@ -115,29 +113,37 @@ def ceiling_rows(name: str, r: torch.Tensor, beta: torch.Tensor, prices: list[fl
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = ArgParser(prog="python -m src.bench.policy_ceiling", description=__doc__.splitlines()[0])
     ap.add_argument("--drafts", default="bigram,ngram,distilled,int8")
     ap.add_argument("--prices", default="0.065,0.15,0.3,0.6",
                     help="b + c per drafted char, in one-char target passes (0.065: the table drafts on eager)")
     ap.add_argument("--overhead", type=float, default=0.1, help="o: the loop's own work per pass, in one-char passes")
-    ap.add_argument("--cap", type=int, default=16)
-    ap.add_argument("--seqs", type=int, default=32)
-    ap.add_argument("--chars", type=int, default=200)
-    ap.add_argument("--every", type=int, default=4)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--cap", type=at_least(1), default=16)
+    ap.add_argument("--seqs", type=at_least(1), default=32)
+    ap.add_argument("--chars", type=at_least(1), default=200)
+    ap.add_argument("--every", type=at_least(1), default=4)
+    ap.add_argument("--seed", type=at_least(0), default=0)
     args = ap.parse_args()
     try:
         prices = [float(x) for x in args.prices.split(",") if x]
     except ValueError:
-        sys.exit(f"error: --prices takes numbers, got {args.prices!r}")
-    if not prices or min(prices) < 0 or args.overhead < 0 or args.cap < 1 or args.every < 1:
-        sys.exit("error: --prices and --overhead must be >= 0, --cap and --every >= 1")
-    rows, target = [], None
+        refuse(f"--prices takes numbers, got {args.prices!r}")
+    if not prices or min(prices) < 0 or args.overhead < 0:
+        refuse("--prices and --overhead must be >= 0")
+    names = [d for d in args.drafts.split(",") if d]
+    if not names:
+        refuse("--drafts names no draft")
+    rows, target, specs = [], None, []
     try:
-        for name in [d for d in args.drafts.split(",") if d]:
+        for name in names:   # every draft's config checked before the target is loaded
             with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
                 cfg = compose("config", overrides=[f"draft={name}"])
-            spec = trial_spec(cfg)
+            specs.append((name, cfg, trial_spec(cfg)))
+            room = specs[-1][2].target.model["block_size"] - len(cfg.prompt) - args.cap
+            if room < 1:
+                refuse(f"--cap {args.cap} leaves no room in the context window of {specs[-1][2].target.model['block_size']} "
+                       f"after the prompt ({len(cfg.prompt)} chars)")
+        for name, cfg, spec in specs:
             if target is None:   # one target and one sampled text for every draft (only the draft differs)
                 torch.set_num_threads(spec.threads)
                 corpus, target = load_target(spec.target, progress=False)
@@ -150,11 +156,11 @@ def main() -> None:
             print(f"{name}: {r.shape[0]} chains of {args.cap} ({time.perf_counter() - t0:.0f} s)", flush=True)
             rows += ceiling_rows(name, r, beta, prices, args.overhead)
     except SpecsweepError as e:
-        sys.exit(f"error: {e}")
+        refuse(str(e))
     except Exception as e:  # noqa: BLE001 - a config error from Hydra: one line, not a traceback
         if type(e).__module__.split(".")[0] not in ("hydra", "omegaconf"):
             raise
-        sys.exit(f"error: {str(e).splitlines()[0]} (the drafts: conf/draft/*.yaml)")
+        refuse(f"{str(e).splitlines()[0]} (the drafts: conf/draft/*.yaml)")
     print(f"\nT = 1, cap {args.cap}, o = {args.overhead}; rates in chars per one-char target pass; "
           "gains against the best fixed k at the same price")
     print("\n| draft | beta_1 | b + c | best fixed k | fixed | informed rule (mean len) | oracle (mean len) |")

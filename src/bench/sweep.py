@@ -21,12 +21,12 @@ Prints:
 """
 from __future__ import annotations
 
-import argparse
 import statistics
 import tempfile
 from pathlib import Path
 
-from .runs import SweepRun, load, run_sweep
+from ..engine.errors import ArgParser
+from .runs import SweepRun, check_sweep, load, run_sweep
 
 COUNTERS = ["acceptance", "chars_per_pass", "target_passes", "accepted", "proposed", "analytic_acceptance"]
 
@@ -124,13 +124,14 @@ def print_overhead(run: SweepRun) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = ArgParser(prog="python -m src.bench.sweep", description=__doc__.splitlines()[0])
     ap.add_argument("--sweep", default="paper")
     ap.add_argument("--no-control", action="store_true", help="skip the second n_jobs=1 run")
     ap.add_argument("--n1-only", action="store_true",
                     help="one run at n_jobs=1 only: the harness overhead, without the timing comparisons")
     ap.add_argument("overrides", nargs="*", help="extra Hydra overrides for every run")
     args = ap.parse_args()
+    check_sweep(args.sweep)
     if args.n1_only:
         plan = [("n1", 1)]
     elif args.no_control:

@@ -45,6 +45,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+from ..engine.errors import ArgParser, at_least
 from ..paths import REPO
 
 LOOPBACK = "127.0.0.1"
@@ -484,14 +485,22 @@ def _up(state_file: Path, state: dict, group: list[Server], start) -> None:
     _save(state_file, state)
 
 
+def port_number(text: str) -> int:
+    """An argparse `type`: a TCP port, 1 to 65535."""
+    value = at_least(1)(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"a port from 1 to 65535, got {value}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m src.cluster.servers", description=__doc__.split("\n\n")[0])
+    ap = ArgParser(prog="python -m src.cluster.servers", description=__doc__.split("\n\n")[0])
     ap.add_argument("command", choices=["tracking-up", "tracking-down", "ray-up", "ray-down", "status"])
     ap.add_argument("--dir", type=Path, default=CLUSTER_DIR, help="state, data and logs (default .cluster/)")
-    ap.add_argument("--port", type=int, help="tracking-up: MLflow port (5001); ray-up: GCS port (6379)")
-    ap.add_argument("--pg-port", type=int, default=5433, help="tracking-up: PostgreSQL port")
-    ap.add_argument("--num-cpus", type=int, default=os.cpu_count() or 1, help="ray-up: CPUs per node")
-    ap.add_argument("--workers", type=int, default=0, help="ray-up: worker nodes besides the head")
+    ap.add_argument("--port", type=port_number, help="tracking-up: MLflow port (5001); ray-up: GCS port (6379)")
+    ap.add_argument("--pg-port", type=port_number, default=5433, help="tracking-up: PostgreSQL port")
+    ap.add_argument("--num-cpus", type=at_least(1), default=os.cpu_count() or 1, help="ray-up: CPUs per node")
+    ap.add_argument("--workers", type=at_least(0), default=0, help="ray-up: worker nodes besides the head")
     args = ap.parse_args(argv)
     folder = args.dir.resolve()
     state_file = folder / "state.json"
