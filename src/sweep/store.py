@@ -188,7 +188,7 @@ def check_readable(uri: str) -> None:
                              "pass the mlflow.db a sweep wrote")
 
 
-
+def is_host_local(uri: str) -> bool:
     """A store only this host can reach: a SQLite file, a file store, a bare path. Workers on
     other hosts would each open a store of their own, so a cluster launcher refuses it."""
     return not is_server(uri) and not uri.startswith(DATABASE_SCHEMES)

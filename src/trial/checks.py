@@ -5,7 +5,8 @@ drafts) and in the timing lock's folder; then `check_corpus(spec)` reads the cor
 the default one on first use, as a trial would) and refuses, in one sentence, one that cannot
 serve the trial: a vocabulary of one char or of more than `data.max_vocab`, a prompt with chars
 the corpus lacks, a training or validation split shorter than the context window of the target
-(or of a model draft's own model) plus one; last, a cached checkpoint the trial would load that
+(or of a model draft's own model) plus one; then a tree or a batch too large for the memory
+available (`check_memory`); last, a cached checkpoint the trial would load that
 fails its checksum is refused (`check_cached_checkpoints`). The sweep's parent runs it for every
 trial of its plan, and a single run before its own; both before the store is touched or a
 target trained.
@@ -29,8 +30,50 @@ def check_inputs(spec: TrialSpec) -> Corpus:
     if spec.timing.lock:
         check_creatable(spec.timing.lock_dir or Path(tempfile.gettempdir()), "the timing lock (timing.lock_dir)")
     corpus = check_corpus(spec)
+    check_memory(spec, len(corpus_tokenizer(corpus).chars))
     check_cached_checkpoints(spec, corpus)
     return corpus
+
+
+def available_memory() -> int | None:
+    """Bytes the kernel says can be allocated without swapping (MemAvailable); None where unknown."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def decode_memory_bytes(spec: TrialSpec, vocab: int) -> int:
+    """A lower bound on what decoding allocates for the target at its largest, in bytes: the KV cache
+    (2 x layers x batch x (block_size + tree nodes) x d_model float32) and, for a tree of N nodes,
+    one pass's ancestor matrix (a list of lists, 8 bytes a cell, and a bool tensor), its mask and
+    attention scores over the cache (heads x (N+1) x slots float32) and its rows (N x vocab floats as
+    Python lists and a float32 tensor)."""
+    m = spec.target.model
+    nodes = spec.drafted_per_pass if spec.tree else 0
+    slots = m["block_size"] + nodes
+    cache = 2 * m["n_layer"] * spec.batch * slots * m["d_model"] * 4
+    if not spec.tree:
+        return cache
+    width = nodes + 1
+    return cache + 9 * width * width + width * slots * (1 + 4 * m["n_head"]) + nodes * vocab * (32 + 4)
+
+
+def check_memory(spec: TrialSpec, vocab: int) -> None:
+    """A tree or a batch whose decoding cannot fit in this machine's available memory is refused,
+    with both sizes, before anything is allocated (an 8-GB request would otherwise fail after the
+    target trained, or swap the machine)."""
+    need, free = decode_memory_bytes(spec, vocab), available_memory()
+    if free is None or need <= free:
+        return
+    shape = (f"verify.widths={list(spec.tree)} ({spec.drafted_per_pass:,} nodes a pass)" if spec.tree
+             else f"batch={spec.batch}")
+    raise SpecsweepError(f"{shape} needs at least {need / 2**30:,.1f} GiB to decode, and this machine has "
+                         f"{free / 2**30:,.1f} GiB available: use a smaller "
+                         f"{'tree' if spec.tree else 'batch'}")
 
 
 _VERIFIED: dict[tuple, str] = {}   # (path, size, mtime) -> its sha256, verified by this process
