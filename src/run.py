@@ -6,7 +6,7 @@
 Thin on purpose: Hydra composes the config, `src/sweep/job.py: run_job` does the rest. Bad
 input ends with one line on stderr (`error: ...`) and exit status 2, a single run and a sweep
 alike, before any work; a sweep with failed trials exits 1 after running all the others
-(src/sweep/callbacks.py).
+(src/sweep/callbacks.py); a full disk ends either with one line that says so and exit status 1.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
 from . import sweep  # noqa: E402,F401  (its warning filter, before Hydra composes the launcher configs)
-from .engine.errors import SpecsweepError  # noqa: E402
+from .engine.errors import SpecsweepError, disk_full  # noqa: E402
 from .trial.conf import check_group_choices  # noqa: E402
 
 
@@ -47,6 +47,10 @@ def one_line(e: BaseException) -> str:
 
 
 def cli() -> None:
+    import logging
+    # a log file that cannot be written (a full disk) must not print a traceback per log line:
+    # the console still shows each line, and the failure itself is said once (src/sweep/job.py)
+    logging.raiseExceptions = False
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
     try:
@@ -58,6 +62,12 @@ def cli() -> None:
     except (HydraException, OmegaConfBaseException) as e:  # a bad override, an unknown key, a bad list
         print(f"error: {one_line(e)}", file=sys.stderr)
         sys.exit(2)
+    except Exception as e:  # Hydra's own files (the job's config, its log) on a full disk: one line
+        full = disk_full(e)
+        if not full:
+            raise
+        print(f"error: the disk is full ({full}): free space and rerun the same command", file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, open_dict, read_write
 
-from ..engine.errors import SpecsweepError
+from ..engine.errors import SpecsweepError, disk_full
 from ..trial.checks import check_inputs
 from .compose import Compositions
 from .context import SweepContext, this_process
@@ -36,7 +36,7 @@ from .progress import hms
 from .store import KIND_TAG, REUSED_PREFIX, SWEEP
 from .targets import publish_target
 from .processes import stop_descendants
-from .store import check_uri
+from .store import check_uri, sqlite_path
 from .tracking import check_store, client_for, code_version, environment_tags, setup_experiment, store_lock, \
     tracking_uri
 
@@ -58,6 +58,20 @@ class _ShortContext(logging.Filter):
         return True
 
 
+def sweep_folders(config: DictConfig) -> list:
+    """Where a sweep writes: its SQLite store's folder, the cache, Hydra's sweep folder."""
+    from ..trial.spec import repo_path
+    folders = [config.hydra.sweep.get("dir")]
+    cache = config.get("data", {}).get("cache_dir")
+    folders.append(repo_path(str(cache)) if cache else None)
+    try:
+        db = sqlite_path(tracking_uri(config))
+        folders.append(db.parent if db else None)
+    except Exception:   # noqa: BLE001 - a bad store URI was refused before: nothing more to name
+        pass
+    return [f for f in folders if f]
+
+
 class SweepTracking(Callback):
     def __init__(self) -> None:
         self.client = None
@@ -66,6 +80,8 @@ class SweepTracking(Callback):
         self.closed = False
         self.timers: dict[str, float] = {}   # the parent's own set-up times, logged on the parent run
         self.compositions: Compositions | None = None
+        self.close_error: Exception | None = None   # why the parent run could not be counted and closed
+        self.counted_failed = 0                     # cells without a FINISHED run, once counted
 
     def __getstate__(self):
         # Hydra pickles its callbacks to every worker; the client and the plan stay here.
@@ -86,6 +102,10 @@ class SweepTracking(Callback):
         except Exception as e:
             log.debug("the sweep's set-up failed", exc_info=True)
             self._abandon()
+            full = disk_full(e, sweep_folders(config))
+            if full:
+                print(f"error: the disk is full ({full}): free space and rerun the same command", file=sys.stderr)
+                raise SystemExit(1) from None
             first = str(e).strip().splitlines()[0] if str(e).strip() else ""
             print(f"error: the sweep's set-up failed: {type(e).__name__}: {first}", file=sys.stderr)
             raise SystemExit(2) from None
@@ -160,6 +180,13 @@ class SweepTracking(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         failed = self._close(abnormal=False)
         if failed:
+            # a full disk fails every trial after it the same way: the last line says so
+            full = disk_full(self.close_error or Exception(), sweep_folders(config))
+            if full:
+                n = failed if failed > 0 else self.counted_failed
+                cells = f"{n} of {self.ctx.total} cells" if n > 0 else "cells"
+                print(f"error: {cells} not finished: the disk is full ({full}); free space and rerun the same "
+                      "command to resume", file=sys.stderr)
             raise SystemExit(1)  # a sweep with failed trials: all others ran, and the failures are recorded
 
     def _close(self, abnormal: bool) -> int:
@@ -188,6 +215,7 @@ class SweepTracking(Callback):
             finished = sum((j.config_hash, j.target_key) in done for j in self.jobs)
             reused = reused_runs(runs, {(j.config_hash, j.target_key) for j in self.jobs}, ctx.sweep_id)
             failed = ctx.total - finished          # every planned cell without a FINISHED run
+            self.counted_failed = failed
             run_now = sum(counts.values())
             wall = time.monotonic() - self.t0
             log.info("sweep %s done: %d/%d cells finished, %d failed, %d trials run now (%d lost), wall %s",
@@ -209,6 +237,7 @@ class SweepTracking(Callback):
             client.set_terminated(ctx.parent_run_id, status)
             return failed
         except Exception as e:  # at exit, the store may be gone: say so, do not raise
+            self.close_error = e
             log.warning("could not count and close the sweep's parent run: %s", e)
             return -1
 

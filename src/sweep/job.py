@@ -26,7 +26,7 @@ import traceback
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from ..engine.errors import SpecsweepError
+from ..engine.errors import SpecsweepError, disk_full
 from ..paths import REPO
 from ..trial.checks import check_inputs
 from ..trial.load import load_target
@@ -174,6 +174,24 @@ def record_early_failure(cfg: DictConfig, ctx: SweepContext, num: int | None, me
         log.warning("could not record the failure on the server: %s", e)
 
 
+def written_folders(cfg: DictConfig) -> list:
+    """The folders a trial writes to: the SQLite store's, the cache, Hydra's output folder."""
+    from .store import resolve_uri, sqlite_path
+    from ..trial.spec import repo_path
+    cache = cfg.get("data", {}).get("cache_dir")
+    folders = [repo_path(str(cache)) if cache else None]
+    try:
+        db = sqlite_path(resolve_uri(cfg.tracking.get("uri")))
+        folders.append(db.parent if db else None)
+    except Exception:   # noqa: BLE001 - a config without a tracking node: nothing more to name
+        pass
+    try:
+        folders.append(HydraConfig.get().runtime.output_dir)
+    except ValueError:   # not under Hydra
+        pass
+    return [f for f in folders if f]
+
+
 def early_name(cfg: DictConfig) -> str:
     """A run name for a job whose config did not resolve into a spec."""
     return f"{cfg.get('draft', {}).get('name', '?')}-k{cfg.get('k', '?')}-s{cfg.get('seed', '?')}"
@@ -239,12 +257,22 @@ def run_trial_job(cfg: DictConfig, ctx: SweepContext | None, num: int | None = N
         if ctx is None:
             sys.exit(2)
     except Exception as e:
-        log.error("trial failed: %s: %s", type(e).__name__, e)
+        full = disk_full(e, written_folders(cfg))
+        if full:   # said in one line, not a traceback; what finished is kept, so the rerun resumes
+            message = f"the disk is full ({full}): free space and rerun the same command"
+            if ctx is None:
+                print(f"error: {message}", file=sys.stderr)
+            else:
+                log.error("trial #%s: error: %s", num, message)
+        else:
+            log.error("trial failed: %s: %s", type(e).__name__, e)
         if record:
-            record.fail(traceback.format_exc())
+            record.fail(message if full else traceback.format_exc())
         elif ctx:
-            record_early_failure(cfg, ctx, num, traceback.format_exc())
+            record_early_failure(cfg, ctx, num, message if full else traceback.format_exc())
         if ctx is None:
+            if full:
+                sys.exit(1)
             raise
     except BaseException:  # interrupted: do not leave the run RUNNING
         if record:

@@ -127,8 +127,12 @@ def check_database(uri: str, timeout: float = 3.0) -> None:
         raise SpecsweepError(f"tracking store {uri}: its driver {dialect.driver} is not installed ({e}){hint}") from None
     from sqlalchemy import create_engine
     from sqlalchemy.pool import NullPool
+    # libpq (psycopg) and the MySQL drivers take a connect timeout in seconds: a port that accepts
+    # but never answers is then an error, not a hang
+    seconds = {"postgresql": {"connect_timeout": max(1, int(timeout))},
+               "mysql": {"connect_timeout": max(1, int(timeout))}}.get(backend, {})
     try:
-        create_engine(uri, poolclass=NullPool).connect().close()
+        create_engine(uri, poolclass=NullPool, connect_args=seconds).connect().close()
     except Exception as e:
         raise SpecsweepError(f"tracking store {uri}: cannot connect ({str(e).strip().splitlines()[0][:200]})") from None
 

@@ -26,7 +26,7 @@ import torch
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from ..engine.errors import SpecsweepError
+from ..engine.errors import SpecsweepError, disk_full
 from ..paths import REPO
 from ..trial.spec import TrialSpec, tree_label
 from ..engine.locks import SETUP_WAIT_S, check_creatable, file_lock
@@ -37,6 +37,9 @@ log = logging.getLogger(__name__)
 # No pooled SQLite connections: a trial process forked from a worker must not inherit open
 # connections of its parent, and short-lived connections suit many writer processes.
 os.environ.setdefault("MLFLOW_SQLALCHEMYSTORE_POOLCLASS", "NullPool")
+# MLflow's database layer logs every SQLAlchemy error with its traceback before it raises it again
+# (as an MlflowException, which the sweep says in one line): a full disk would print one per write.
+logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
 
 
 
@@ -123,6 +126,8 @@ def setup_experiment(uri: str, name: str) -> str:
         except SpecsweepError:
             raise
         except Exception as e:
+            if disk_full(e):   # not the store's fault: the caller says so in one line
+                raise
             raise SpecsweepError(f"tracking store {uri} is unusable: {str(e).splitlines()[0][:200]}") from None
 
 

@@ -49,9 +49,13 @@ def test_a_port_that_is_not_a_database_cannot_be_connected_to():
     """The driver is there and the port answers, but no PostgreSQL speaks on it."""
     import threading
 
-    def hang_up():   # accept and close, so the driver's handshake fails fast
-        conn, _ = server.accept()
-        conn.close()
+    def hang_up():   # accept and close every connection (the reachability probe's, then the driver's)
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:   # the server socket closed: the test is over
+                return
+            conn.close()
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen()

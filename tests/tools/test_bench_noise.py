@@ -124,7 +124,7 @@ def test_bad_hog_settings_are_refused(bad):
 
 @pytest.mark.parametrize("argv, message", [
     (["--seeds", "0;1"], "--seeds takes seeds separated by commas"),
-    (["--hog-cores", "-1"], "hog cores must be an integer >= 0"),
+    (["--hog-cores", "-1"], "--hog-cores: an integer >= 0, got -1"),
     (["--hog-duty", "0"], "hog duty must be in (0, 1]"),
     (["--keep", "KEPT"], "holds quiet/ or loaded/ already"),
 ])
