@@ -16,8 +16,12 @@ run on the same engine.
   (its counter run, each timing's warm-up), and its seconds are kept in `compile_s`. Forwards
   without a cache (training, full-sequence scoring) stay eager. Inductor's own on-disk cache,
   put in `cache_dir`, keeps the compiled code per host across processes: a sweep compiles each
-  graph once (keyed by the graph, its weights and shapes: target, draft, width). A model whose
-  graph cannot be compiled falls back to eager, said in `fallbacks`.
+  graph once (keyed by the graph, its weights and shapes: target, draft, width). Inductor loads
+  that code without checking it, so each shape's first compiled pass is checked against the
+  eager forward on the same input (`disagreement`, at most AGREEMENT): a tampered or wrong
+  cached file is refused for the target and never used for a draft. A draft's model whose graph
+  cannot be compiled (or disagrees) falls back to eager, said in `fallbacks`; the target's is
+  refused (strict).
 
 - `transformers`: Hugging Face transformers' own `generate` runs both arms (src/engine/library.py,
   src/trial/library.py); `wrap` leaves the tool's model eager (the exactness check and the
@@ -108,6 +112,19 @@ def _raise_dynamo_limits() -> None:
             setattr(cfg, name, max(getattr(cfg, name), 256))  # one graph per width: many, by design
 
 
+AGREEMENT = 1e-3   # the most a compiled pass's probabilities may differ from eager's (float32 reorderings: ~1e-7)
+
+
+class CompiledDisagrees(Exception):
+    """A compiled pass whose output is not the eager forward's."""
+
+
+def disagreement(out, reference) -> float:
+    """max |p - p_eager| over the pass's next-char distributions (logits first where a pair is returned)."""
+    logits, ref = (out[0], reference[0]) if isinstance(out, tuple) else (out, reference)
+    return (torch.softmax(logits.float(), -1) - torch.softmax(ref.float(), -1)).abs().max().item()
+
+
 class CompiledModel:
     """A Transformer whose cached forward runs through torch.compile, one graph per shape."""
 
@@ -130,12 +147,23 @@ class CompiledModel:
                return_hidden)
         if key in self.compile_s:
             return self.compiled(idx, input_pos, slots, mask, return_hidden=return_hidden)
+        # the eager pass first, as the reference the compiled code must agree with (Inductor loads its
+        # cached code unverified: a tampered file would otherwise run); the compiled pass then writes
+        # the same cache slots again
+        reference = self.model(idx, input_pos, slots, mask, return_hidden=return_hidden)
         t0 = time.perf_counter()
         try:
             with inductor_cache(self.cache_dir):
                 out = self.compiled(idx, input_pos, slots, mask, return_hidden=return_hidden)
+            gap = disagreement(out, reference)
+            if gap > AGREEMENT:
+                raise CompiledDisagrees(f"its pass of width {idx.shape[1]} disagrees with eager (max |p - p_eager| = "
+                                        f"{gap:.3g} > {AGREEMENT}): the compiled code, or Inductor's cache in "
+                                        f"{self.cache_dir or 'the temp folder'}, is wrong; delete that folder to recompile")
         except Exception as e:  # a model whose graph does not compile (quantized ops) runs eager, but never the target
-            reason = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"
+            reason = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}"
+            if self.strict and isinstance(e, CompiledDisagrees):
+                raise SpecsweepError(f"engine=compiled: the {self.label}'s {e}") from None
             if self.strict:
                 raise SpecsweepError(f"engine=compiled cannot run the {self.label} ({reason}): refused rather "
                                      "than run eager under the compiled engine's name") from None

@@ -139,3 +139,77 @@ def test_the_target_never_runs_eager_under_the_onnx_engines_name(tiny, drafts, t
     draft_runner(torch.tensor([prompt[:1]]), torch.arange(1))
     assert draft_runner.fallback and "cannot take" in draft_runner.fallback
     shutil.rmtree(tmp_path / "onnx", ignore_errors=True)
+
+
+# --- Inductor's cache: its code is loaded unverified, so each shape's first pass is checked against eager ---
+
+COMPILED_SCRIPT = r'''
+import json, sys
+from pathlib import Path
+import torch
+import src.engine.engines as engines
+from src.engine.errors import SpecsweepError
+from src.engine.model import ModelConfig, Transformer
+
+cache, strict, check = Path(sys.argv[1]), sys.argv[2] == "target", sys.argv[3] == "on"
+if not check:   # the negative control: the agreement check disabled
+    engines.AGREEMENT = float("inf")
+torch.manual_seed(0)
+model = Transformer(ModelConfig(vocab_size=20, block_size=32, n_layer=1, n_head=2, d_model=16, dropout=0.0)).eval()
+runner = engines.CompiledModel(model, "target" if strict else "draft model", None, {}, cache, strict)
+idx, pos = torch.tensor([[1, 2, 3]]), torch.arange(3)
+with torch.no_grad():
+    model.setup_cache(1)
+    try:
+        out = runner(idx, pos)
+    except SpecsweepError as e:
+        print(json.dumps({"refused": str(e)}))
+        sys.exit()
+    model.setup_cache(1)
+    gap = engines.disagreement(out, model(idx, pos))
+print(json.dumps({"gap": gap, "fallback": runner.fallback}))
+'''
+
+
+def compiled_run(cache: Path, role: str = "target", check: str = "on") -> dict:
+    import json
+    import subprocess
+    import sys
+
+    from src.paths import REPO
+    proc = subprocess.run([sys.executable, "-c", COMPILED_SCRIPT, str(cache), role, check], cwd=REPO,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def tamper_output_code(cache: Path) -> Path:
+    """The compiled graph's Python wrapper made to double its logits: code that still loads and runs."""
+    marker = "        return (reinterpret_tensor("
+    for path in cache.rglob("*.py"):
+        text = path.read_text()
+        if marker in text:
+            lines = text.splitlines(keepends=True)
+            at = max(i for i, line in enumerate(lines) if line.startswith(marker))
+            buf = lines[at][len(marker):].split(",")[0]
+            lines.insert(at, f"        {buf}.mul_(2.0)\n")
+            path.write_text("".join(lines))
+            return path
+    raise AssertionError(f"no compiled wrapper in {cache}")
+
+
+@pytest.mark.slow
+def test_a_tampered_inductor_cache_is_refused_for_the_target_and_never_used_for_a_draft(tmp_path):
+    cache = tmp_path / "compiled"
+    clean = compiled_run(cache)                               # compiles, and fills the cache
+    assert clean["gap"] < 1e-5 and clean["fallback"] is None
+    tamper_output_code(cache)
+    control = compiled_run(cache, check="off")                # the check disabled: the tampered code runs
+    assert control["gap"] > 1e-3, control
+    refused = compiled_run(cache)
+    assert "disagrees with eager" in refused.get("refused", ""), refused
+    draft = compiled_run(cache, role="draft")                 # a draft's model: eager, said in its fallback
+    assert draft["gap"] < 1e-5 and "disagrees with eager" in (draft["fallback"] or ""), draft
+    for path in cache.rglob("*.py"):                          # truncated code: refused, never a traceback
+        path.write_text(path.read_text()[: len(path.read_text()) // 2])
+    assert "engine=compiled cannot run the target" in compiled_run(cache).get("refused", "")
