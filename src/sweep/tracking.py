@@ -144,10 +144,10 @@ def flatten(d: dict, prefix: str = "") -> dict:
 
 def trial_config(cfg: DictConfig) -> dict:
     """The resolved trial config without Hydra's own node, where it is tracked and the sweep it is in."""
-    container = OmegaConf.to_container(cfg, resolve=True)
-    for key in ("hydra", "tracking", "sweep", "resume"):  # where and how it is run, not what it computes
-        container.pop(key, None)
-    return container
+    # the other nodes are dropped before resolving: Hydra's node interpolates the HydraConfig, which a
+    # process outside a Hydra job (a Ray driver recording a job lost on the cluster) does not have
+    kept = [key for key in cfg.keys() if key not in ("hydra", "tracking", "sweep", "resume")]
+    return OmegaConf.to_container(OmegaConf.masked_copy(cfg, kept), resolve=True)
 
 
 def config_hash(cfg: DictConfig) -> str:

@@ -212,6 +212,43 @@ def test_a_killed_ray_worker_takes_its_trial_along_and_leaves_no_duplicate(clust
     assert parent.info.status == "FAILED" and parent.data.metrics["trials_failed"] == 1
 
 
+def test_the_ray_trap_a_node_without_the_code_fails_each_trial_with_its_reason(cluster):
+    """The set-up trap of docs/clusters.md: a node started without the checkout on its PYTHONPATH
+    (and a driver in a folder without code, so Ray's cwd-on-sys.path does not save it). Each of its
+    trials is recorded FAILED on the server with the one-line reason, the driver logs it, the sweep
+    exits 1 and nothing is recorded FINISHED; then, on a cluster whose node has the code, the same
+    command resumes and finishes every cell."""
+    root = Path(tempfile.mkdtemp(prefix="ssb-"))   # short: Ray's unix sockets
+    bare = {"PYTHONPATH": str(root)}               # a PYTHONPATH without the code, not the test's own
+    servers = []
+    args = ("tracking.experiment=no-code", "draft=bigram", "k=1,2")
+    try:
+        head = start_ray_head(root / "head", free_port(), num_cpus=0, cwd=root, env=bare)
+        servers.append(head)
+        servers.append(start_ray_worker(head.address, root / "bare", num_cpus=1, cwd=root, env=bare))
+        proc = subprocess.run(cluster.sweep_cmd(*args), cwd=cluster.driver_dir, text=True, timeout=900,
+                              env={**cluster.env(), "RAY_ADDRESS": head.address},
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    finally:
+        for server in reversed(servers):
+            server.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    out = proc.stdout
+    assert proc.returncode == 1, out[-4000:]
+    assert "was lost on the cluster: ModuleNotFoundError: No module named 'src'" in out, out[-4000:]
+    client, runs = runs_by_kind(cluster.url, "no-code")
+    assert len(runs["trial"]) == 2 and all(r.info.status == "FAILED" for r in runs["trial"]), out[-4000:]
+    assert all("No module named 'src'" in r.data.tags["error"] for r in runs["trial"])
+    (parent,) = runs["sweep"]
+    assert parent.info.status == "FAILED" and parent.data.metrics["trials_failed"] == 2
+
+    rc, out2 = cluster.run(*args)                  # the cluster whose nodes have the code
+    assert rc == 0, out2[-4000:]
+    assert "2 cells: 0 done, 2 to run" in out2
+    client, runs = runs_by_kind(cluster.url, "no-code")
+    assert sorted(r.info.status for r in runs["trial"]) == ["FAILED"] * 2 + ["FINISHED"] * 2
+
+
 def test_smoke_sweep_on_submitit_local(tmp_path, smoke_stores):
     store = tmp_path / "store"
     store.mkdir()
