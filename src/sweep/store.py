@@ -43,7 +43,8 @@ def check_uri(uri: str) -> str:
     """The store URI if its form is one specsweep can use, else one sentence saying which forms
     are: sqlite:///ABSOLUTE/PATH (three slashes, then the absolute path: jobs start in other
     folders), http(s)://HOST[:PORT] (a tracking server), or a PostgreSQL, MySQL or SQL Server
-    URL (scheme[+driver]://USER@HOST/DB). Nothing is opened here."""
+    URL (scheme[+driver]://USER@HOST/DB, whose driver check_database then requires installed:
+    the cluster extra has psycopg2, for postgresql+psycopg2://). Nothing is opened here."""
     hint = "use sqlite:///ABSOLUTE/PATH/mlflow.db or a tracking server http://HOST:PORT"
     if not isinstance(uri, str) or not uri.strip():
         raise SpecsweepError(f"the tracking store URI is empty: {hint}")
