@@ -11,7 +11,6 @@ alike, before any work; a sweep with failed trials exits 1 after running all the
 from __future__ import annotations
 
 import os
-import sys
 
 # Before Hydra and MLflow are imported: Hydra hands its errors to `cli` (which says them in one
 # line) instead of printing its own report; MLflow keeps its INFO lines off stderr. Workers
@@ -23,8 +22,7 @@ import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
 from . import sweep  # noqa: E402,F401  (its warning filter, before Hydra composes the launcher configs)
-from .engine.errors import SpecsweepError, disk_full  # noqa: E402
-from .trial.conf import check_group_choices  # noqa: E402
+from .trial.conf import command_line  # noqa: E402
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
@@ -33,41 +31,8 @@ def main(cfg: DictConfig) -> None:
     run_job(cfg)
 
 
-def one_line(e: BaseException) -> str:
-    """Hydra's and OmegaConf's multi-line messages (the override, what is wrong, a hint) as one line."""
-    lines = [line.strip() for line in str(e).strip().splitlines() if line.strip() and "hydra.cc/docs" not in line]
-    cause = e.__cause__
-    if cause is not None and str(cause).strip():
-        first = str(cause).strip().splitlines()[0].strip()
-        if first not in lines:
-            lines.append(first)
-    text = " ".join(lines[:3]) or type(e).__name__
-    override = getattr(e, "override", None)  # an override Hydra could not parse
-    return f"bad override {override!r}: {text}" if override and str(override) not in text else text
-
-
 def cli() -> None:
-    import logging
-    # a log file that cannot be written (a full disk) must not print a traceback per log line:
-    # the console still shows each line, and the failure itself is said once (src/sweep/job.py)
-    logging.raiseExceptions = False
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-    try:
-        check_group_choices(sys.argv[1:])
-        main()
-    except SpecsweepError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
-    except (HydraException, OmegaConfBaseException) as e:  # a bad override, an unknown key, a bad list
-        print(f"error: {one_line(e)}", file=sys.stderr)
-        sys.exit(2)
-    except Exception as e:  # Hydra's own files (the job's config, its log) on a full disk: one line
-        full = disk_full(e)
-        if not full:
-            raise
-        print(f"error: the disk is full ({full}): free space and rerun the same command", file=sys.stderr)
-        sys.exit(1)
+    command_line(main)
 
 
 if __name__ == "__main__":

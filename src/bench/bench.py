@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import logging
 import statistics
-import sys
 import time
 
 import hydra
@@ -41,13 +40,15 @@ from omegaconf import DictConfig, OmegaConf
 
 from .. import sweep  # noqa: F401  (its warning filter, before Hydra composes the launcher configs)
 from ..engine.decode import generate_speculative
-from ..engine.errors import SpecsweepError
+from ..engine.errors import SpecsweepError, refuse
 from ..engine.measure import measure_cost
 from ..engine.quantize import quantized_copy
 from ..engine.timing import median_interval, timed
 from ..engine.train import evaluate
 from ..engine.tree import generate_tree, max_nodes
 from ..paths import CONF_DIR
+from ..trial.checks import check_inputs
+from ..trial.conf import command_line
 from ..trial.load import build_draft, load_target
 from ..trial.spec import draft_class, draft_spec, trial_spec
 from . import kernels as bench_kernels
@@ -194,17 +195,17 @@ def quantization_table(cfg, corpus, target) -> list[dict]:
 def main(cfg: DictConfig) -> None:
     torch.set_num_threads(cfg.threads)
     which = cfg.get("bench", "all")
-    try:   # every argument checked before the corpus, the training or any cache
+    try:   # every argument checked before the training or any cache (here: Hydra would add a line of its own)
         if which not in BENCHES:
             raise SpecsweepError(f"unknown bench {which!r} (available: {', '.join(BENCHES)})")
         spec = trial_spec(cfg)
         if which == "library" and getattr(draft_class(spec.draft.cls), "library", None) != "assistant":
             raise SpecsweepError(f"bench=library compares the loops on a model draft (an assistant in transformers' "
                                  f"loop: int8, int4, small_model), not draft={spec.draft.name}")
+        check_inputs(spec)
         corpus, target = load_target(spec.target)
     except SpecsweepError as e:
-        log.error("error: %s", e)
-        sys.exit(2)
+        refuse(str(e))
     if which in ("all", "overhead"):
         log.info("loop overhead per drafted char, beyond the draft's lookup and the verify passes "
                  "(median of 5 rounds, n_chars=%d):", cfg.n_chars)
@@ -261,4 +262,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    command_line(main)

@@ -48,7 +48,7 @@ def world(tmp_path_factory):
     return root
 
 
-def run_cli(world: Path, case: Path, multirun: bool, *args: str) -> subprocess.CompletedProcess:
+def run_cli(world: Path, case: Path, multirun: bool, *args: str, module: str = "src.run") -> subprocess.CompletedProcess:
     base = ["model=tiny", "train=quick", f"data.path={world / 'good.txt'}", f"data.cache_dir={case / 'cache'}",
             "prompt='the cat '", "n_chars=32", "timing.pairs=1", "timing.target_width=null",
             f"tracking.uri=sqlite:///{case / 'store' / 'mlflow.db'}", f"hydra.run.dir={case / 'run'}",
@@ -57,7 +57,7 @@ def run_cli(world: Path, case: Path, multirun: bool, *args: str) -> subprocess.C
         base.append("hydra.launcher.n_jobs=1")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(world / "plugins")]))
     env.pop("MLFLOW_TRACKING_URI", None)
-    cmd = [sys.executable, "-m", "src.run", *(["-m"] if multirun else []), *base, *args]
+    cmd = [sys.executable, "-m", module, *(["-m"] if multirun else []), *base, *args]
     return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
 
 
@@ -154,6 +154,20 @@ CASES = [  # (id, multirun, args, message)
                          ids=[c.values[0] if hasattr(c, "marks") else c[0] for c in CASES])
 def test_bad_input_is_refused_before_any_work(world, tmp_path, name, multirun, args, message):
     proc = run_cli(world, tmp_path, multirun, *(a.format(world=world) for a in args))
+    assert refused_before_work(proc, tmp_path, message) == [], proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
+BENCH_CASES = [  # `make bench ARGS=...`: the same config, refused before the corpus, training or a cache
+    ("unknown bench", ["+bench=nosuch"], "unknown bench 'nosuch'"),
+    ("unknown key", ["nosuchkey=1"], "Could not override 'nosuchkey'"),
+    ("library bench without an assistant", ["+bench=library", "draft=bigram"], "compares the loops on a model draft"),
+    ("corpus is a device", ["+bench=overhead", "data.path=/dev/zero"], "is not a regular file"),
+]
+
+
+@pytest.mark.parametrize("name,args,message", BENCH_CASES, ids=[c[0] for c in BENCH_CASES])
+def test_the_benchmarks_refuse_bad_input_before_any_work(world, tmp_path, name, args, message):
+    proc = run_cli(world, tmp_path, False, *args, module="src.bench.bench")
     assert refused_before_work(proc, tmp_path, message) == [], proc.stdout[-2000:] + proc.stderr[-2000:]
 
 
