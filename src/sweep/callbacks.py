@@ -37,7 +37,7 @@ from .store import KIND_TAG, REUSED_PREFIX, SWEEP
 from .targets import publish_target
 from .processes import stop_descendants
 from .store import check_uri, sqlite_path
-from .tracking import check_store, client_for, code_version, environment_tags, setup_experiment, store_lock, \
+from .tracking import check_store, client_for, code_version, compute_version, environment_tags, setup_experiment, store_lock, \
     tracking_uri
 
 log = logging.getLogger(__name__)
@@ -129,9 +129,9 @@ class SweepTracking(Callback):
         self.client = client = client_for(uri)
         self.timers["setup_store_s"] = time.perf_counter() - store_started  # schema creation on a fresh store
         targets = prepare_targets(jobs, lambda target, spec: publish_target(client, experiment_id, uri, target, spec))
-        version = code_version()
-        signature = sweep_signature(jobs, version)
-        skipped = finished_jobs(client, experiment_id, jobs, version) if config.resume else set()
+        version, compute = code_version(), compute_version()
+        signature = sweep_signature(jobs, compute)
+        skipped = finished_jobs(client, experiment_id, jobs, (compute, version)) if config.resume else set()
         name = str(config.get("sweep_name") or "adhoc")
         with store_lock(uri):  # two launches of one sweep at once (enter pressed twice) share one parent run
             previous = previous_parent(client, experiment_id, signature) if config.resume else None
@@ -153,7 +153,7 @@ class SweepTracking(Callback):
         self.jobs = jobs
         self.ctx = SweepContext(sweep_id=sweep_id, sweep_name=name, invocation=uuid.uuid4().hex[:12],
                                 parent_run_id=parent_run_id, experiment_id=experiment_id, tracking_uri=uri,
-                                code_version=version, total=len(jobs), to_run=len(jobs) - len(skipped),
+                                code_version=version, compute_version=compute, total=len(jobs), to_run=len(jobs) - len(skipped),
                                 n_jobs=n_workers(config), started=time.time(), parent=this_process(),
                                 targets=tuple(targets))
         with read_write(config), open_dict(config):
@@ -201,7 +201,7 @@ class SweepTracking(Callback):
         try:
             running = invocation_runs(client, ctx.experiment_id, ctx.invocation, status="RUNNING")
             lost = mark_lost(client, running, "lost: still RUNNING when its sweep ended (its worker died)")
-            done = done_cells(client, ctx.experiment_id, ctx.code_version)
+            done = done_cells(client, ctx.experiment_id, (ctx.compute_version, ctx.code_version))
             pending = {j.config_hash for j in self.jobs if (j.config_hash, j.target_key) not in done}
             # a cell another live launch of this sweep holds is neither done nor failed: wait for it
             held = [] if abnormal else wait_for_others(client, ctx.experiment_id, ctx.invocation, pending,
@@ -210,7 +210,7 @@ class SweepTracking(Callback):
                 log.warning("%d cell(s) still held by another launch of this sweep after %.0f s: not counted "
                             "finished; rerun the command once it ends", len(held), HELD_WAIT_S)
             counts = invocation_counts(client, ctx.experiment_id, ctx.invocation)
-            runs = finished_runs(client, ctx.experiment_id, ctx.code_version)
+            runs = finished_runs(client, ctx.experiment_id, (ctx.compute_version, ctx.code_version))
             done = {cell_of(r) for r in runs}
             finished = sum((j.config_hash, j.target_key) in done for j in self.jobs)
             reused = reused_runs(runs, {(j.config_hash, j.target_key) for j in self.jobs}, ctx.sweep_id)

@@ -32,13 +32,14 @@ class SweepContext:
     parent_run_id: str             # the sweep's parent run; trials are its children
     experiment_id: str
     tracking_uri: str              # a server URI for any launcher beyond this host
-    code_version: str              # a worker whose checkout differs refuses to run
+    code_version: str              # the commit (+ the diff's hash when dirty): older runs are done by it
     total: int                     # trials planned (the grid)
     to_run: int                    # of them, not already FINISHED when the sweep started
     n_jobs: int                    # parallel workers joblib runs (launchers.n_workers; informational)
     started: float                 # epoch seconds, for the progress ETA
     parent: str                    # "host:pid" of the sweep's parent process: a job there runs in-process
     targets: tuple[PublishedTarget, ...] = field(default_factory=tuple)
+    compute_version: str = ""      # what computes (tracking.compute_version): a worker whose code differs refuses to run
 
     def in_parent(self) -> bool:
         """True in the sweep's parent process (joblib at n_jobs=1 runs its jobs there)."""

@@ -38,7 +38,7 @@ from .ledger import claim_cell, invocation_runs, is_done
 from .progress import report_progress
 from .store import KIND_TAG, TRIAL
 from .targets import PublishedTargets, publish_target
-from .tracking import check_store, client_for, code_version, config_hash, environment_tags, log_trial_result, setup_experiment, \
+from .tracking import check_store, client_for, code_version, compute_version, config_hash, environment_tags, log_trial_result, setup_experiment, \
     trial_params, tracking_uri
 
 log = logging.getLogger(__name__)
@@ -212,14 +212,15 @@ def run_trial_job(cfg: DictConfig, ctx: SweepContext | None, num: int | None = N
         chash = config_hash(cfg)
         if ctx:
             client = client_for(uri)
-            if code_version() != ctx.code_version:
-                raise SpecsweepError(f"this checkout ({socket.gethostname()}: {code_version()}) is not the code of "
-                                     f"the sweep ({ctx.code_version}): check out the same commit")
+            if compute_version() != ctx.compute_version:
+                raise SpecsweepError(f"this checkout ({socket.gethostname()}: {code_version()}) does not compute as the "
+                                     f"sweep's ({ctx.code_version}): its engine, trial or conf/ differ; check out "
+                                     "the same commit")
             source = PublishedTargets(ctx, client)
             corpus, target = load_target(spec.target, source)
             fetched = target.key in source.fetched
             experiment_id, target_run_id = ctx.experiment_id, ctx.target(target.key).run_id
-            if cfg.resume and is_done(client, experiment_id, ctx.code_version, chash, target.key):
+            if cfg.resume and is_done(client, experiment_id, (ctx.compute_version, ctx.code_version), chash, target.key):
                 log.info("trial #%d: an identical run already FINISHED, skipped", num)
                 return None
         else:

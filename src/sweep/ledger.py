@@ -3,7 +3,11 @@ how far this launch has got. No file, no process memory: any host asks the same 
 gets the same answer, and the parent's counts and exit status come from here.
 
 - done: a cell (config hash + target key) is done when a FINISHED trial run with the same
-  code version exists in the experiment (resume skips it);
+  compute version exists in the experiment (resume skips it): the hash of the code and configs
+  that compute a trial's numbers (tracking.compute_version), so a commit of docs or analysis
+  keeps it done and a change to the engine, the trial or conf/ runs it again. Runs recorded
+  before the compute version existed count by their code version (the commit, plus the diff's
+  hash when dirty), as then;
 - claims: before its work a trial claims its cell on the sweep's parent run by logging the
   param `claim.<config_hash>.<attempt>` = its run id. MLflow params are write-once (a second,
   different value is refused by the store, atomically, under the database's primary key), so
@@ -41,19 +45,25 @@ def search_all(client, experiment_id: str, filter_string: str) -> list:
             return runs
 
 
-def finished_runs(client, experiment_id: str, code_version: str) -> list:
-    """Every FINISHED trial run with this code version."""
-    return search_all(client, experiment_id, f"tags.`{KIND_TAG}` = '{TRIAL}' and attributes.status = 'FINISHED' "
-                                             f"and tags.code_version = '{code_version}'")
+FINISHED_TRIALS = f"tags.`{KIND_TAG}` = '{TRIAL}' and attributes.status = 'FINISHED'"
+
+
+def finished_runs(client, experiment_id: str, versions: tuple[str, str], where: str = "") -> list:
+    """Every FINISHED trial run of these versions, (compute version, code version): a run that has
+    the compute version, or an older run without one that has the code version."""
+    compute, code = versions
+    runs = search_all(client, experiment_id, f"{FINISHED_TRIALS} and tags.compute_version = '{compute}'{where}")
+    legacy = search_all(client, experiment_id, f"{FINISHED_TRIALS} and tags.code_version = '{code}'{where}")
+    return runs + [r for r in legacy if "compute_version" not in r.data.tags]
 
 
 def cell_of(run) -> tuple[str, str]:
     return run.data.tags.get("config_hash"), run.data.tags.get("target_key")
 
 
-def done_cells(client, experiment_id: str, code_version: str) -> set[tuple[str, str]]:
-    """(config_hash, target_key) of every FINISHED trial run with this code version."""
-    return {cell_of(r) for r in finished_runs(client, experiment_id, code_version)}
+def done_cells(client, experiment_id: str, versions: tuple[str, str]) -> set[tuple[str, str]]:
+    """(config_hash, target_key) of every FINISHED trial run of these versions (finished_runs)."""
+    return {cell_of(r) for r in finished_runs(client, experiment_id, versions)}
 
 
 def reused_runs(runs: list, cells: set[tuple[str, str]], sweep_id: str) -> dict[str, str]:
@@ -69,11 +79,9 @@ def reused_runs(runs: list, cells: set[tuple[str, str]], sweep_id: str) -> dict[
     return out
 
 
-def is_done(client, experiment_id: str, code_version: str, config_hash: str, target_key: str) -> bool:
-    runs = client.search_runs([experiment_id], f"tags.`{KIND_TAG}` = '{TRIAL}' and attributes.status = 'FINISHED' "
-                              f"and tags.code_version = '{code_version}' and tags.config_hash = '{config_hash}' "
-                              f"and tags.target_key = '{target_key}'", max_results=1)
-    return bool(runs)
+def is_done(client, experiment_id: str, versions: tuple[str, str], config_hash: str, target_key: str) -> bool:
+    where = f" and tags.config_hash = '{config_hash}' and tags.target_key = '{target_key}'"
+    return bool(finished_runs(client, experiment_id, versions, where))
 
 
 def claim_cell(client, parent_run_id: str, config_hash: str, run_id: str, tries: int = 20) -> str | None:

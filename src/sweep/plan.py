@@ -103,14 +103,15 @@ def prepare_targets(jobs: list[PlannedJob], publish) -> list:
     return published
 
 
-def sweep_signature(jobs: list[PlannedJob], code_version: str) -> str:
-    blob = "\n".join(sorted(f"{j.config_hash}:{j.target_key}" for j in jobs)) + code_version
+def sweep_signature(jobs: list[PlannedJob], compute_version: str) -> str:
+    blob = "\n".join(sorted(f"{j.config_hash}:{j.target_key}" for j in jobs)) + compute_version
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def finished_jobs(client, experiment_id: str, jobs: list[PlannedJob], code_version: str) -> set[int]:
-    """Job numbers whose configuration already has a FINISHED trial run with this code and target."""
-    done = done_cells(client, experiment_id, code_version)
+def finished_jobs(client, experiment_id: str, jobs: list[PlannedJob], versions: tuple[str, str]) -> set[int]:
+    """Job numbers whose configuration already has a FINISHED trial run with this target, computed by
+    the same code (ledger.finished_runs: versions = (compute version, code version))."""
+    done = done_cells(client, experiment_id, versions)
     return {j.num for j in jobs if (j.config_hash, j.target_key) in done}
 
 

@@ -179,6 +179,33 @@ def code_version() -> str:
     return f"{commit}+dirty.{hashlib.sha256(diff).hexdigest()[:12]}"
 
 
+COMPUTES = ("src/engine", "src/trial", "conf", "requirements.txt")   # what computes a trial's numbers
+NOT_COMPUTING = ("conf/hydra/help",)                                  # text only
+
+
+def computing_files() -> list[Path]:
+    """The files of COMPUTES (Python, YAML and text; no caches), in a fixed order."""
+    files = []
+    for entry in COMPUTES:
+        path = REPO / entry
+        found = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
+        files += [p for p in found if p.suffix in (".py", ".yaml", ".yml", ".txt") and "__pycache__" not in p.parts
+                  and not str(p.relative_to(REPO)).startswith(NOT_COMPUTING)]
+    return sorted(files)
+
+
+@functools.lru_cache(maxsize=1)
+def compute_version() -> str:
+    """A hash of what computes a trial's numbers: the files of src/engine, src/trial, conf/ (not its
+    help text) and requirements.txt, by path and content. A commit of docs, analysis, tests or the
+    sweep's bookkeeping leaves it unchanged, so a sweep resumes across it; a change to the code or a
+    config that computes changes it, and the cells run again (src/sweep/ledger.py)."""
+    h = hashlib.sha256()
+    for path in computing_files():
+        h.update(str(path.relative_to(REPO)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
 @functools.lru_cache(maxsize=1)
 def cpu_model() -> str:
     try:
@@ -195,6 +222,7 @@ def environment_tags() -> dict:
     a sweep's code does not change under it, and each read costs three git calls)."""
     commit, dirty = git_state()
     return {"git_commit": commit, "git_dirty": str(dirty).lower(), "code_version": code_version(),
+            "compute_version": compute_version(),
             "host": socket.gethostname(), "cpu_model": cpu_model(), "torch_version": torch.__version__,
             "python_version": platform.python_version()}
 
