@@ -6,7 +6,8 @@ positions), cpp chars per pass; component times in microseconds: t1 one 1-char t
 tv(k) one (k+1)-char verify pass, td draft time per drafted char; c = td / t1.
 
 a. seed         cpp / (1 + k c)                                   (measured cpp and c)
-b. closed form  (1 - a^(k+1)) / ((1 - a) (1 + k c))               (Leviathan et al. Thm 3.8)
+b. closed form  (1 - a^(n+1)) / ((1 - a) (1 + n c)), n = k        (Leviathan et al. Thm 3.8;
+                or under a policy its mean drafted length, as in a.)
    Both count only target passes and draft time, and price a verify pass like a 1-char pass.
 c. extended     time of one generation
                     baseline     T_B = n (t1 + o_base)
@@ -111,6 +112,8 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares, lsq_linear
 
+from src.engine.formula import iid_chars_per_pass, seed_speedup
+
 from .load import CELL, KEY
 
 log = logging.getLogger(__name__)
@@ -139,7 +142,7 @@ COMPONENTS = {"target_pass_us": "target_pass_us", "verify_pass_us": "verify_pass
 
 
 def seed_formula(t: pd.DataFrame) -> pd.Series:
-    return t["chars_per_pass"] / (1 + drafted_per_pass(t) * t["c"])
+    return seed_speedup(t["chars_per_pass"], drafted_per_pass(t), t["c"])
 
 
 def drafted_per_pass(t: pd.DataFrame) -> pd.Series:
@@ -149,15 +152,11 @@ def drafted_per_pass(t: pd.DataFrame) -> pd.Series:
     return t["drafted_mean"].astype(float).fillna(k) if "drafted_mean" in t else k
 
 
-def expected_chars_per_pass(a: pd.Series, k: pd.Series) -> pd.Series:
-    """(1 - a^(k+1)) / (1 - a): chars per pass with i.i.d. per-position acceptance a; k+1 at a = 1."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        value = (1 - a ** (k + 1)) / (1 - a)
-    return value.where(a < 1, k + 1)
-
-
 def closed_form(t: pd.DataFrame) -> pd.Series:
-    return expected_chars_per_pass(t["position_acceptance"], t["k"]) / (1 + t["k"] * t["c"])
+    """The i.i.d. closed form at the drafted length n (k, or a policy's mean drafted length):
+    (1 - a^(n+1)) / ((1 - a)(1 + n c))."""
+    n = drafted_per_pass(t)
+    return seed_speedup(iid_chars_per_pass(t["position_acceptance"].astype(float), n), n, t["c"])
 
 
 @dataclass(frozen=True)

@@ -1,15 +1,19 @@
-"""The speedup formula, in one place: predict, the pays map and the report all use these.
+"""The speedup formula for predictions: predict and the pays map (and its figure) use these; the
+report takes the map's k grid (MAP_KS).
 
 Pure functions of numbers (elementwise over numpy arrays): chars per pass from the per-position
-survival S_i or from an i.i.d. acceptance a, the speedup of the extended cost model with its loop
-overheads (analysis/cost_models.py fits them), and the pays map's best chain speedup over k.
-With no overheads and tv = t1 the speedup is the seed's cpp / (1 + k c).
+survival S_i or from an i.i.d. acceptance a (`iid_chars_per_pass`, from src/engine/formula.py, the
+one copy the trial uses too), the speedup of the extended cost model with its loop overheads
+(analysis/cost_models.py fits them), and the pays map's best chain speedup over k. With no
+overheads and tv = t1 the speedup is the seed's cpp / (1 + k c) (`seed_speedup`).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import numpy as np
+
+from src.engine.formula import iid_chars_per_pass, seed_speedup  # noqa: F401  (one copy, used from here too)
 
 MAP_KS = tuple(range(1, 17))    # the pays map's chain picks its best k among these
 
@@ -30,15 +34,6 @@ def chars_per_pass(survival, k: int) -> float:
     if k > len(s):
         raise ValueError(f"k = {k} needs S_1..S_{k}; {len(s)} given")
     return 1.0 + float(s[:k].sum())
-
-
-def iid_chars_per_pass(a, k):
-    """(1 - a^(k+1)) / (1 - a) = 1 + a + ... + a^k: cpp(k) when every position is accepted with the
-    same probability a independently (S_i = a^i); k + 1 at a = 1. Elementwise over arrays."""
-    a = np.asarray(a, dtype=float)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        value = (1 - a ** (k + 1)) / (1 - a)
-    return np.where(a < 1, value, k + 1.0)
 
 
 def speedup(cpp, t1, tv, td, n, overheads: Overheads = Overheads()):

@@ -73,7 +73,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from .formula import Overheads, chars_per_pass, iid_chars_per_pass, speedup
+from .formula import Overheads, chars_per_pass, iid_chars_per_pass, seed_speedup, speedup
 
 DEFAULT_KS = (1, 2, 4, 8, 16)
 TREE_SWEEP = "drafts_tree"      # verify=tree without verify.widths: this sweep's shapes
@@ -94,7 +94,7 @@ def prediction_table(survival, costs: dict, overheads: Overheads, a: float | Non
             row["cpp iid"] = float(iid_chars_per_pass(a, m["k"]))   # NaN where the draft has no q (prompt lookup)
         if "draft_char_us_warm" in m:
             row["c warm"] = m["draft_char_us_warm"] / t1
-        row |= {"c": td / t1, "tv/t1": tv / t1, "seed formula": cpp / (1 + n * td / t1),
+        row |= {"c": td / t1, "tv/t1": tv / t1, "seed formula": seed_speedup(cpp, n, td / t1),
                 "predicted": float(speedup(cpp, t1, tv, td, n, overheads))}
         rows.append(row)
     return pd.DataFrame(rows)

@@ -13,6 +13,7 @@ import statistics
 import torch
 
 from ..engine.batch import BatchGeneration, generate_baseline_batch, generate_speculative_batch, stream_generators
+from ..engine.formula import seed_speedup
 from ..engine.measure import measure_batch_cost
 from ..engine.timing import paired_timing
 from .spec import TrialSpec
@@ -85,7 +86,7 @@ def batch_measurements(spec: TrialSpec, model, draft, prompts: list[list[int]], 
         metrics.update(measure_batch_cost(model, draft, prompts, k, T, t.cost_reps, device, **t.cost_options))
         timing = paired_timing(baseline, lambda: speculate(track_overlap=False), t.pairs, device, **t.pair_options)
     metrics.update(timing.summary())
-    metrics["predicted_speedup"] = metrics["chars_per_pass"] / (1 + k * metrics["c"])
+    metrics["predicted_speedup"] = seed_speedup(metrics["chars_per_pass"], k, metrics["c"])
     chars = len(prompts) * n   # both arms: throughput in chars per second over the batch
     metrics["baseline_chars_per_s"] = chars / metrics["baseline_s_median"]
     metrics["speculative_chars_per_s"] = chars / metrics["speculative_s_median"]

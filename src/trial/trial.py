@@ -15,6 +15,7 @@ import torch
 
 from ..engine.decode import generate_baseline, generate_speculative
 from ..engine.engines import Engine
+from ..engine.formula import seed_speedup
 from ..engine.measure import exactness_check, measure_cost
 from ..engine.replay import ProposalRecorder, ReplayDraft
 from ..engine.timing import PairedTiming, paired_timing
@@ -188,5 +189,5 @@ def sequence_measurements(spec: TrialSpec, model, draft, prompt: list[int], time
                                     loops=loops, drafted=drafted, **t.cost_options))
         timing = paired_timing(baseline, lambda: speculate(track_overlap=False), t.pairs, device, **t.pair_options)
     metrics.update(timing.summary())
-    metrics["predicted_speedup"] = metrics["chars_per_pass"] / (1 + per_pass * metrics["c"])
+    metrics["predicted_speedup"] = seed_speedup(metrics["chars_per_pass"], per_pass, metrics["c"])
     return metrics, timing, g.tokens

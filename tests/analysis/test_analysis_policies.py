@@ -78,3 +78,19 @@ def test_the_drafted_table_and_the_formulas_use_the_mean_drafted_length():
                      draft_char_us=0.0)
     _, spec = m.times(times)
     assert spec.tolist() == pytest.approx([10 * 100 * 1.3, 10 * 100 * 1.5, 10 * 100 * 1.8])
+
+
+def test_the_closed_form_under_a_policy_drafts_its_mean_length_not_the_cap():
+    """docs/method.md: the cost models use the mean drafted length where they used k. The closed
+    form at acceptance a = 0.6, cap 8, a policy's mean of 2.5 drafted chars and c = 0.1 is
+    (1 + a + ... at n = 2.5) / (1 + 2.5 c); a fixed-k trial (no drafted_mean) keeps k."""
+    import pandas as pd
+
+    from analysis.cost_models import closed_form, seed_formula
+    a, c, n = 0.6, 0.1, 2.5
+    t = pd.DataFrame({"position_acceptance": [a, a], "k": [8, 8], "c": [c, c], "drafted_mean": [n, float("nan")],
+                      "chars_per_pass": [2.0, 2.0]})
+    got = closed_form(t)
+    assert got.iloc[0] == pytest.approx((1 - a ** (n + 1)) / ((1 - a) * (1 + n * c)), rel=1e-12)
+    assert got.iloc[1] == pytest.approx(sum(a ** i for i in range(9)) / (1 + 8 * c), rel=1e-12)
+    assert seed_formula(t).tolist() == pytest.approx([2.0 / (1 + n * c), 2.0 / (1 + 8 * c)], rel=1e-12)

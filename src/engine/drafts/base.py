@@ -4,7 +4,7 @@ A draft proposes k chars after the committed sequence and returns, with them, th
 distributions it sampled them from, so the acceptance ratio p/q uses that very q.
 
 To add a draft: subclass `Draft` in a module of `src/engine/drafts/`, then write
-`conf/draft/NAME.yaml` with `_target_: src.drafts.module.ClassName`, `name: NAME` and the
+`conf/draft/NAME.yaml` with `_target_: src.engine.drafts.module.ClassName`, `name: NAME` and the
 class's own keyword arguments. Every draft is built as `cls(target=..., train_ids=..., **cfg)`;
 the trial adds `cache_dir` (where a draft that trains keeps the result) and `target_key` to a
 class whose __init__ takes them.
