@@ -3,8 +3,9 @@
 `trial_spec(config)` turns a composed config (Hydra's DictConfig, or any mapping of the same
 shape: conf/config.yaml and its groups) into a frozen `TrialSpec`, refusing every bad value
 with one sentence (`SpecsweepError`) before any work is done. The trial and everything below
-it take the spec, never the config: each setting is read here, in one place, and nowhere is
-a default repeated (every default lives in conf/).
+it take the spec, never the config: each setting is read here, in one place, from the config
+(every value a run uses comes from conf/; a required key the config lacks is refused, never filled in
+here; the dataclass defaults below serve specs built by hand, as in the tests).
 
 What is not part of a trial (where it is tracked, the sweep it is in, resume) is left to the
 sweep; `sweep_name`, `resume`, `sweep`, `tracking` and Hydra's own node are not read here.

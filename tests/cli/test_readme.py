@@ -63,3 +63,19 @@ def test_the_comparison_catches_a_stale_line():
     renamed = "\n".join([lines[0].replace("draft", "drafts", 1)] + lines[1:])
     assert shapes(renamed) != shapes(shown)
     assert shapes("\n".join(lines[:-1])) != shapes(shown)
+
+
+def test_the_readme_layout_names_every_module():
+    """Each module of src/engine, src/trial, src/sweep and analysis/ is named in its row of the
+    README's layout table (a new module without a line there fails)."""
+    import re
+
+    from src.paths import REPO
+    text = (REPO / "README.md").read_text()
+    layout = text.split("## Layout", 1)[1].split("\n\n", 2)[1]
+    for folder in ("src/engine", "src/trial", "src/sweep", "analysis"):
+        row = next(line for line in layout.splitlines() if line.startswith(f"| `{folder}/`"))
+        named = set(re.findall(r"`([\w/]+)`", row))
+        modules = {p.stem for p in (REPO / folder).glob("*.py") if p.stem != "__init__"}
+        modules |= {p.name + "/" for p in (REPO / folder).iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+        assert modules <= named, f"{folder}: the README's layout lacks {sorted(modules - named)}"
