@@ -132,12 +132,16 @@ REPO = Path(__file__).resolve().parent.parent
 # start Ray clusters run on one worker, one test after another, so no two clusters run at once
 # (`pytest_xdist_make_scheduler` below); `smoke_stores` runs its sweeps once for all workers.
 ONE_WORKER_FILES = ("tools/test_cluster.py", "tools/test_servers.py")   # under tests/
+ONE_FIXTURE_FILES = ("sweep/test_full_disk.py",)   # one module fixture does the work: run it once, on one worker
 
 
 def work_unit(nodeid: str) -> str:
-    """The unit of work a test is scheduled in: "one_worker" for the tests of ONE_WORKER_FILES,
-    else the test itself."""
-    return "one_worker" if nodeid.split("::")[0].endswith(ONE_WORKER_FILES) else nodeid
+    """The unit of work a test is scheduled in: "one_worker" for the tests of ONE_WORKER_FILES, the
+    file for those of ONE_FIXTURE_FILES (its module fixture then runs once), else the test itself."""
+    path = nodeid.split("::")[0]
+    if path.endswith(ONE_WORKER_FILES):
+        return "one_worker"
+    return path if path.endswith(ONE_FIXTURE_FILES) else nodeid
 
 
 class OneWorkerScheduling:

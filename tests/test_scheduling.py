@@ -1,9 +1,10 @@
 """How `make test` shares the suite among its workers (tests/conftest.py): the tests of the files
-that start Ray clusters are one unit of work, so one worker runs them one after another; every
-other test is a unit of its own."""
+that start Ray clusters are one unit of work, so one worker runs them one after another; a file
+whose module fixture does the work is one unit (the fixture runs once); every other test is a
+unit of its own."""
 from __future__ import annotations
 
-from tests.conftest import ONE_WORKER_FILES, REPO, work_unit
+from tests.conftest import ONE_FIXTURE_FILES, ONE_WORKER_FILES, REPO, work_unit
 
 
 def test_the_cluster_files_are_one_unit_of_work_and_every_other_test_its_own():
@@ -13,6 +14,9 @@ def test_the_cluster_files_are_one_unit_of_work_and_every_other_test_its_own():
     for other in ("tests/engine/test_decode.py::test_greedy[bigram-1]", "tests/tools/test_bench_noise.py::test_x",
                   "tests/tools/test_cluster_helpers.py::test_y"):
         assert work_unit(other) == other
+    for f in ONE_FIXTURE_FILES:
+        assert (REPO / "tests" / f).is_file()
+        assert {work_unit(f"tests/{f}::test_{i}") for i in range(3)} == {f"tests/{f}"}
 
 
 def test_the_suite_runs_without_pytest_xdist():
