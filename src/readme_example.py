@@ -1,11 +1,12 @@
 """`make readme-example`: run the README's one-trial example and write its output into README.md.
 
-The README shows one trial's real output. This tool runs that trial (EXAMPLE, on the default
-model, trained on first use; tracking off, so nothing is written to the store), renders it as
-the CLI prints it (src/trial/render.py: trial_block), and replaces the block between the
-README's EXAMPLE markers, with the date, commit and machine it ran on. tests/cli/test_readme.py
-checks that the block has the lines the renderer prints now (numbers aside), so the example
-cannot go stale. A tool: nothing in the package imports it.
+The README shows one trial's real output. This tool runs the README's command itself
+(`python -m src.run` with EXAMPLE, on the default model, trained on first use, tracked into the
+store in force like any run of that command), keeps what it prints on stdout (Hydra's log lines,
+with their prefix; the progress bars go to stderr), and replaces the block between the README's
+EXAMPLE markers with it, and the date, commit and machine it ran on. tests/cli/test_readme.py
+runs the same command on the tiny model and checks that the block has the lines it prints now
+(numbers aside), so the example cannot go stale. A tool: nothing in the package imports it.
 
     python -m src.readme_example            # run, then rewrite README.md
     python -m src.readme_example --print    # run, print the block only
@@ -20,15 +21,9 @@ import re
 import subprocess
 import sys
 
-from hydra import compose, initialize_config_dir
-
-from . import sweep  # noqa: F401  (its warning filter, before Hydra composes the launcher configs)
 from .engine.atomic import write_text
 from .engine.errors import SpecsweepError
-from .paths import CONF_DIR, REPO
-from .trial.render import trial_block
-from .trial.spec import trial_spec
-from .trial.trial import run_trial
+from .paths import REPO
 
 EXAMPLE = ["draft=ngram", "k=8"]          # python -m src.run draft=ngram k=8
 BEGIN, END = "<!-- example output: begin -->", "<!-- example output: end -->"
@@ -55,15 +50,22 @@ def commit() -> str:
     return (out.stdout.strip() or "unknown") + (" with uncommitted changes" if dirty else "")
 
 
+def run_example(*extra: str) -> str:
+    """What `python -m src.run <EXAMPLE> <extra>` prints on stdout; SpecsweepError if it fails."""
+    proc = subprocess.run([sys.executable, "-m", "src.run", *EXAMPLE, *extra], cwd=REPO, capture_output=True,
+                          text=True)
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise SpecsweepError(f"the example command failed (exit {proc.returncode}): {last}")
+    return proc.stdout.rstrip("\n")
+
+
 def example_block() -> str:
-    """The example trial's output, as the CLI prints it, fenced, with where it ran."""
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", overrides=EXAMPLE)
-    spec = trial_spec(cfg)
-    result = run_trial(spec, progress=True)
+    """The example command's stdout, fenced, with where it ran."""
+    out = run_example()
     when = datetime.date.today().isoformat()
-    return (f"`python -m src.run {' '.join(EXAMPLE)}` on {when}, commit {commit()}, {machine()}:\n\n"
-            f"```\n{trial_block(spec, result)}\n```")
+    return (f"`python -m src.run {' '.join(EXAMPLE)}` on {when}, commit {commit()}, {machine()} (its stdout; "
+            f"the progress bars go to stderr):\n\n```\n{out}\n```")
 
 
 def replace_block(text: str, block: str) -> str:

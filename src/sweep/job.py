@@ -198,61 +198,24 @@ def early_name(cfg: DictConfig) -> str:
 
 
 def run_trial_job(cfg: DictConfig, ctx: SweepContext | None, num: int | None = None, on_run=None):
-    """The trial with its bookkeeping. on_run(run_id) is called once its run exists."""
+    """The trial with its bookkeeping: alone (`single_run`) or as job `num` of a sweep (`sweep_job`).
+    on_run(run_id) is called once its run exists. A failure marks that run (when there is one) and
+    is said in one line: on stderr with exit 2 (bad input) or 1 (a full disk) alone, in the log in a
+    sweep; any other failure alone ends with its traceback."""
     job_started = time.perf_counter()
-    record = None
+    held = _Held()
     try:
         spec = trial_spec(cfg)  # the config is read here, once; the trial gets the spec
-        if not cfg.tracking.enabled:  # a single run without a store
-            result = run_trial(spec)
-            for line in trial_block(spec, result).splitlines():
-                log.info(line)
-            return result.metrics
-        uri = ctx.tracking_uri if ctx else tracking_uri(cfg)
-        chash = config_hash(cfg)
-        if ctx:
-            client = client_for(uri)
-            if compute_version() != ctx.compute_version:
-                raise SpecsweepError(f"this checkout ({socket.gethostname()}: {code_version()}) does not compute as the "
-                                     f"sweep's ({ctx.code_version}): its engine, trial or conf/ differ; check out "
-                                     "the same commit")
-            source = PublishedTargets(ctx, client)
-            corpus, target = load_target(spec.target, source)
-            fetched = target.key in source.fetched
-            experiment_id, target_run_id = ctx.experiment_id, ctx.target(target.key).run_id
-            if cfg.resume and is_done(client, experiment_id, (ctx.compute_version, ctx.code_version), chash, target.key):
-                log.info("trial #%d: an identical run already FINISHED, skipped", num)
-                return None
-        else:
-            source = None  # the local cache
-            check_store(uri)                                # every check before any work (writing nothing),
-            check_inputs(spec)
-            corpus, target = load_target(spec.target)       # then: trained on first use (the model cache),
-            experiment_id = setup_experiment(uri, cfg.tracking.experiment)  # the store's first write
-            client = client_for(uri)
-            fetched, target_run_id = False, publish_target(client, experiment_id, uri, target, spec.target).run_id
-        record = TrialRecord(client, cfg, spec, ctx, experiment_id, target, target_run_id, num, fetched, chash, on_run)
-        if ctx:
-            holder = claim_cell(client, ctx.parent_run_id, chash, record.run_id)
-            if holder is not None:  # a duplicate of a job that runs or ran: give way, leave no run behind
-                client.delete_run(record.run_id)
-                record = None
-                log.warning("trial #%d: its cell is held by run %s: this duplicate gives way", num, holder)
-                return None
-        trial_started = time.perf_counter()
-        result = run_trial(spec, source, loaded=(corpus, target))
-        result.metrics["trial_s"] = time.perf_counter() - trial_started
-        record.finish(cfg, result, job_started)
-        for line in trial_block(spec, result).splitlines():
-            log.info(line)
-        return result.metrics
+        if ctx is None:
+            return single_run(cfg, spec, held, job_started)
+        return sweep_job(cfg, spec, ctx, num, on_run, held, job_started)
     except SpecsweepError as e:
         if ctx is None:  # a single run: bad input, one line on stderr
             print(f"error: {e}", file=sys.stderr)
         else:
             log.error("trial #%s: error: %s", num, e)
-        if record:
-            record.fail(str(e))
+        if held.record:
+            held.record.fail(str(e))
         elif ctx:
             record_early_failure(cfg, ctx, num, str(e))
         if ctx is None:
@@ -267,8 +230,8 @@ def run_trial_job(cfg: DictConfig, ctx: SweepContext | None, num: int | None = N
                 log.error("trial #%s: error: %s", num, message)
         else:
             log.error("trial failed: %s: %s", type(e).__name__, e)
-        if record:
-            record.fail(message if full else traceback.format_exc())
+        if held.record:
+            held.record.fail(message if full else traceback.format_exc())
         elif ctx:
             record_early_failure(cfg, ctx, num, message if full else traceback.format_exc())
         if ctx is None:
@@ -276,7 +239,68 @@ def run_trial_job(cfg: DictConfig, ctx: SweepContext | None, num: int | None = N
                 sys.exit(1)
             raise
     except BaseException:  # interrupted: do not leave the run RUNNING
-        if record:
-            record.fail("interrupted", status="KILLED")
+        if held.record:
+            held.record.fail("interrupted", status="KILLED")
         raise
     return None
+
+
+class _Held:
+    """The trial's run, once it exists (run_trial_job's error handling marks it)."""
+    record: "TrialRecord | None" = None
+
+
+def single_run(cfg: DictConfig, spec: TrialSpec, held: _Held, job_started: float):
+    """One trial alone: untracked (tracking.enabled=false), or into its store, every check before any
+    work (writing nothing), then the target (trained on first use), then the store's first write."""
+    if not cfg.tracking.enabled:
+        check_inputs(spec)
+        return _run(spec, None, load_target(spec.target), None, cfg, job_started)
+    uri = tracking_uri(cfg)
+    check_store(uri)
+    check_inputs(spec)
+    corpus, target = load_target(spec.target)
+    experiment_id = setup_experiment(uri, cfg.tracking.experiment)
+    client = client_for(uri)
+    target_run_id = publish_target(client, experiment_id, uri, target, spec.target).run_id
+    held.record = TrialRecord(client, cfg, spec, None, experiment_id, target, target_run_id, None, False,
+                              config_hash(cfg), None)
+    return _run(spec, None, (corpus, target), held.record, cfg, job_started)
+
+
+def sweep_job(cfg: DictConfig, spec: TrialSpec, ctx: SweepContext, num: int, on_run, held: _Held, job_started: float):
+    """Job `num` of a sweep: the same code as the sweep's (compute version), the target from the
+    store, skipped when its cell is done, run only once its cell is claimed (a duplicate gives way
+    and leaves no run behind)."""
+    client = client_for(ctx.tracking_uri)
+    if compute_version() != ctx.compute_version:
+        raise SpecsweepError(f"this checkout ({socket.gethostname()}: {code_version()}) does not compute as the "
+                             f"sweep's ({ctx.code_version}): its engine, trial or conf/ differ; check out "
+                             "the same commit")
+    source = PublishedTargets(ctx, client)
+    corpus, target = load_target(spec.target, source)
+    chash = config_hash(cfg)
+    if cfg.resume and is_done(client, ctx.experiment_id, (ctx.compute_version, ctx.code_version), chash, target.key):
+        log.info("trial #%d: an identical run already FINISHED, skipped", num)
+        return None
+    held.record = TrialRecord(client, cfg, spec, ctx, ctx.experiment_id, target, ctx.target(target.key).run_id, num,
+                              target.key in source.fetched, chash, on_run)
+    holder = claim_cell(client, ctx.parent_run_id, chash, held.record.run_id)
+    if holder is not None:
+        client.delete_run(held.record.run_id)
+        held.record = None
+        log.warning("trial #%d: its cell is held by run %s: this duplicate gives way", num, holder)
+        return None
+    return _run(spec, source, (corpus, target), held.record, cfg, job_started)
+
+
+def _run(spec: TrialSpec, source, loaded, record: "TrialRecord | None", cfg: DictConfig, job_started: float):
+    """The trial itself, its run finished with the result (when tracked), its lines logged."""
+    trial_started = time.perf_counter()
+    result = run_trial(spec, source, loaded=loaded)
+    result.metrics["trial_s"] = time.perf_counter() - trial_started
+    if record is not None:
+        record.finish(cfg, result, job_started)
+    for line in trial_block(spec, result).splitlines():
+        log.info(line)
+    return result.metrics

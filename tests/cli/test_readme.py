@@ -1,33 +1,40 @@
-"""The README's one-trial example is what the code prints: its command is the one
-`make readme-example` runs, and its block has the lines the renderer prints now (numbers,
-names and the generated text aside), for a real trial of the same draft and k on the tiny model."""
+"""The README's one-trial example is what the command prints: its command is the one
+`make readme-example` runs, and its block has the lines that command prints now on stdout (numbers,
+names and the generated text aside; Hydra's log prefix included), for the same draft and k on the
+tiny model."""
 from __future__ import annotations
 
 import re
 
 from src.paths import REPO
-from src.readme_example import BEGIN, END, EXAMPLE
-from src.trial.render import trial_block
-from src.trial.spec import trial_spec
-from src.trial.trial import run_trial
-from tests.conftest import compose_cfg
+from src.readme_example import BEGIN, END, EXAMPLE, run_example
 
-OPTIONAL = ("warning:", "note:")   # printed only when a trial's timing calls for them
+# lines printed only when a trial's timing calls for them, or on a store's or a cache's first use
+OPTIONAL = ("warning:", "note:", "published target", "training target", "trained target", "step ")
+PREFIX = re.compile(r"^\[[^\]]*\]\[([^\]]*)\]\[([A-Z]+)\] - ")   # Hydra's: [time][logger][LEVEL] -
+
+
+def split_prefix(line: str) -> tuple[str, str]:
+    """(Hydra's log prefix without its time, the line's own text)."""
+    m = PREFIX.match(line)
+    return (f"[{m.group(1)}][{m.group(2)}] - ", line[m.end():]) if m else ("", line)
 
 
 def shape(line: str) -> str:
     """A line with its values blanked: numbers, the generated text, hex keys, why a timing
-    stopped (the width, or a cap: that depends on the machine)."""
+    stopped (the width, or a cap: that depends on the machine); the log prefix keeps its logger."""
+    prefix, line = split_prefix(line)
     if line.startswith("text "):
-        return "text ..."
+        return prefix + "text ..."
     line = re.sub(r"\b(width|cap|pairs cap|time cap|rounds cap) reached", "STOP reached", line)
     line = re.sub(r"\b[0-9a-f]{16}\b", "KEY", line)
     line = re.sub(r"\d+(\.\d+)?", "N", line)
-    return re.sub(r"\s+", " ", line).strip()
+    return prefix + re.sub(r"\s+", " ", line).strip()
 
 
 def shapes(block: str) -> list[str]:
-    return [shape(line) for line in block.splitlines() if line.strip() and not line.startswith(OPTIONAL)]
+    return [shape(line) for line in block.splitlines()
+            if line.strip() and not split_prefix(line)[1].startswith(OPTIONAL)]
 
 
 def readme_block() -> tuple[str, str]:
@@ -45,14 +52,17 @@ def test_the_readme_shows_the_command_the_example_runs():
     assert f"{command}" in (REPO / "README.md").read_text().split(BEGIN, 1)[0]
 
 
-def test_the_readme_output_has_the_lines_the_code_prints(tiny):
-    cfg, corpus, target = tiny
+def test_the_readme_output_has_the_lines_the_command_prints(tiny, tmp_path):
+    """The README's block is the command's stdout: the same command on the tiny model, tracked into
+    a store of its own, prints the same lines (numbers aside), each behind Hydra's log prefix."""
+    cfg, _, _ = tiny
     # the example's adaptive pairs and cost rounds (the defaults), with small caps: seconds here
-    spec = trial_spec(compose_cfg(cfg.data.path, cfg.data.cache_dir, *EXAMPLE, "timing.pairs=2",
-                                  "timing.target_width=0.1", "timing.max_pairs=4", "timing.cost_width=0.05",
-                                  "timing.cost_max_rounds=8", "timing.lock=false"))
-    now = trial_block(spec, run_trial(spec, progress=False, loaded=(corpus, target)))
+    now = run_example("model=tiny", "train=quick", f"data.path={cfg.data.path}", f"data.cache_dir={cfg.data.cache_dir}",
+                      f"prompt='{cfg.prompt}'", "n_chars=64", "timing.pairs=2", "timing.target_width=0.1",
+                      "timing.max_pairs=4", "timing.cost_width=0.05", "timing.cost_max_rounds=8", "timing.lock=false",
+                      f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", f"hydra.run.dir={tmp_path}/run")
     _, shown = readme_block()
+    assert all(PREFIX.match(line) for line in shown.strip().splitlines()), "the block is not the command's output"
     assert shapes(shown) == shapes(now)
 
 
