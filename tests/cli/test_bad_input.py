@@ -128,6 +128,8 @@ CASES = [  # (id, multirun, args, message)
     ("a tree larger than the memory", False, ["verify=tree", "verify.widths=[1000,1000,1000]", "k=3"],
      "(1,001,001,000 nodes a pass) needs at least"),
     ("a batch larger than the memory", False, ["draft=bigram", "batch=100000000"], "batch=100000000 needs at least"),
+    ("untracked run: a batch larger than the memory", False,
+     ["tracking.enabled=false", "draft=bigram", "batch=100000000"], "batch=100000000 needs at least"),
     ("empty tracking uri", False, ["tracking.uri="], "tracking.uri is empty"),
     ("engine option of the wrong type", False, ["engine=compiled", "engine.options.cpp_wrapper=maybe"],
      "engine.options.cpp_wrapper must be a bool"),
