@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 
-# Before Hydra and MLflow are imported: Hydra hands its errors to `cli` (which says them in one
+# Before Hydra and MLflow are imported: Hydra hands its errors to `command_line` (which says them in one
 # line) instead of printing its own report; MLflow keeps its INFO lines off stderr. Workers
 # inherit both.
 os.environ.setdefault("HYDRA_FULL_ERROR", "1")

@@ -36,8 +36,8 @@ from .progress import hms
 from .store import KIND_TAG, REUSED_PREFIX, SWEEP
 from .targets import publish_target
 from .processes import stop_descendants
-from .store import check_uri, sqlite_path
-from .tracking import check_store, client_for, code_version, compute_version, environment_tags, setup_experiment, store_lock, \
+from .store import check_uri
+from .tracking import check_store, client_for, code_version, compute_version, environment_tags, written_folders, setup_experiment, store_lock, \
     tracking_uri
 
 log = logging.getLogger(__name__)
@@ -56,20 +56,6 @@ class _ShortContext(logging.Filter):
         if isinstance(record.msg, str) and self.override in record.msg:
             record.msg = record.msg.replace(self.override, self.short)
         return True
-
-
-def sweep_folders(config: DictConfig) -> list:
-    """Where a sweep writes: its SQLite store's folder, the cache, Hydra's sweep folder."""
-    from ..trial.spec import repo_path
-    folders = [config.hydra.sweep.get("dir")]
-    cache = config.get("data", {}).get("cache_dir")
-    folders.append(repo_path(str(cache)) if cache else None)
-    try:
-        db = sqlite_path(tracking_uri(config))
-        folders.append(db.parent if db else None)
-    except Exception:   # noqa: BLE001 - a bad store URI was refused before: nothing more to name
-        pass
-    return [f for f in folders if f]
 
 
 class SweepTracking(Callback):
@@ -102,7 +88,7 @@ class SweepTracking(Callback):
         except Exception as e:
             log.debug("the sweep's set-up failed", exc_info=True)
             self._abandon()
-            full = disk_full(e, sweep_folders(config))
+            full = disk_full(e, written_folders(config, config.hydra.sweep.get("dir")))
             if full:
                 print(f"error: the disk is full ({full}): free space and rerun the same command", file=sys.stderr)
                 raise SystemExit(1) from None
@@ -181,7 +167,7 @@ class SweepTracking(Callback):
         failed = self._close(abnormal=False)
         if failed:
             # a full disk fails every trial after it the same way: the last line says so
-            full = disk_full(self.close_error or Exception(), sweep_folders(config))
+            full = disk_full(self.close_error or Exception(), written_folders(config, config.hydra.sweep.get("dir")))
             if full:
                 n = failed if failed > 0 else self.counted_failed
                 cells = f"{n} of {self.ctx.total} cells" if n > 0 else "cells"

@@ -68,24 +68,21 @@ def between(text: str, start: str, end: str) -> tuple[int, int]:
     return a, text.index(end, a)
 
 
-def generated(sweeps: list[Sweep]) -> dict[Path, tuple[str, str]]:
-    """file -> (its generated part now, what it should be)."""
+def generated(sweeps: list[Sweep]) -> dict[Path, tuple[int, int, str]]:
+    """file -> (where its generated part starts and ends, what that part should be)."""
     out = {}
     for path, start, end, wanted in ((HELP_FILE, HELP_START, HELP_END, help_block(sweeps) + "\n\n"),
                                      (REPO / "README.md", README_START, README_END, readme_table(sweeps) + "\n")):
-        text = path.read_text()
-        a, b = between(text, start, end)
-        out[path] = (text[a:b], wanted)
+        out[path] = (*between(path.read_text(), start, end), wanted)
     return out
 
 
 def write(sweeps: list[Sweep]) -> list[Path]:
     """Rewrite each file's generated part where it is not what it should be; the files changed."""
     changed = []
-    for path, (now, wanted) in generated(sweeps).items():
-        if now != wanted:
-            text = path.read_text()
-            a, b = between(text, *((HELP_START, HELP_END) if path == HELP_FILE else (README_START, README_END)))
+    for path, (a, b, wanted) in generated(sweeps).items():
+        text = path.read_text()
+        if text[a:b] != wanted:
             path.write_text(text[:a] + wanted + text[b:])
             changed.append(path)
     return changed

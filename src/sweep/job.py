@@ -38,7 +38,7 @@ from .ledger import claim_cell, invocation_runs, is_done
 from .progress import report_progress
 from .store import KIND_TAG, TRIAL
 from .targets import PublishedTargets, publish_target
-from .tracking import check_store, client_for, code_version, compute_version, config_hash, environment_tags, log_trial_result, setup_experiment, \
+from .tracking import check_store, client_for, code_version, compute_version, config_hash, written_folders, environment_tags, log_trial_result, setup_experiment, \
     trial_params, tracking_uri
 
 log = logging.getLogger(__name__)
@@ -174,22 +174,12 @@ def record_early_failure(cfg: DictConfig, ctx: SweepContext, num: int | None, me
         log.warning("could not record the failure on the server: %s", e)
 
 
-def written_folders(cfg: DictConfig) -> list:
-    """The folders a trial writes to: the SQLite store's, the cache, Hydra's output folder."""
-    from .store import resolve_uri, sqlite_path
-    from ..trial.spec import repo_path
-    cache = cfg.get("data", {}).get("cache_dir")
-    folders = [repo_path(str(cache)) if cache else None]
+def hydra_output_dir() -> str | None:
+    """This job's Hydra output folder; None outside Hydra."""
     try:
-        db = sqlite_path(resolve_uri(cfg.tracking.get("uri")))
-        folders.append(db.parent if db else None)
-    except Exception:   # noqa: BLE001 - a config without a tracking node: nothing more to name
-        pass
-    try:
-        folders.append(HydraConfig.get().runtime.output_dir)
-    except ValueError:   # not under Hydra
-        pass
-    return [f for f in folders if f]
+        return HydraConfig.get().runtime.output_dir
+    except ValueError:
+        return None
 
 
 def early_name(cfg: DictConfig) -> str:
@@ -221,7 +211,7 @@ def run_trial_job(cfg: DictConfig, ctx: SweepContext | None, num: int | None = N
         if ctx is None:
             sys.exit(2)
     except Exception as e:
-        full = disk_full(e, written_folders(cfg))
+        full = disk_full(e, written_folders(cfg, hydra_output_dir()))
         if full:   # said in one line, not a traceback; what finished is kept, so the rerun resumes
             message = f"the disk is full ({full}): free space and rerun the same command"
             if ctx is None:

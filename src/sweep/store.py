@@ -130,8 +130,7 @@ def check_database(uri: str, timeout: float = 3.0) -> None:
     from sqlalchemy.pool import NullPool
     # libpq (psycopg) and the MySQL drivers take a connect timeout in seconds: a port that accepts
     # but never answers is then an error, not a hang
-    seconds = {"postgresql": {"connect_timeout": max(1, int(timeout))},
-               "mysql": {"connect_timeout": max(1, int(timeout))}}.get(backend, {})
+    seconds = {"connect_timeout": max(1, int(timeout))} if backend in ("postgresql", "mysql") else {}
     try:
         create_engine(uri, poolclass=NullPool, connect_args=seconds).connect().close()
     except Exception as e:

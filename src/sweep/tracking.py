@@ -52,6 +52,20 @@ def tracking_uri(cfg: DictConfig | None = None) -> str:
     return resolve_uri(str(uri) if uri is not None else None)
 
 
+def written_folders(cfg: DictConfig, output_dir=None) -> list:
+    """Where a trial or a sweep writes (whose file system a full disk would be): the cache, the
+    SQLite store's folder, and Hydra's output folder `output_dir` when given."""
+    from ..trial.spec import repo_path
+    cache = cfg.get("data", {}).get("cache_dir")
+    folders = [repo_path(str(cache)) if cache else None, output_dir]
+    try:
+        db = sqlite_path(tracking_uri(cfg))
+        folders.append(db.parent if db else None)
+    except Exception:   # noqa: BLE001 - no usable store URI (refused elsewhere): nothing more to name
+        pass
+    return [f for f in folders if f]
+
+
 def artifact_location(uri: str, experiment: str) -> str | None:
     """Artifacts beside a SQLite store; a server decides its own (None)."""
     db = sqlite_path(uri)
