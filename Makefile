@@ -55,7 +55,7 @@ bench: $(VENV)/.installed ## print the benchmark tables (loop overhead, int8 ker
 	$(PY) -m src.bench.bench $(ARGS)
 
 bench-sweep: $(VENV)/.installed ## a sweep run three times (n_jobs=1, again at 1, at 2): timing agreement, harness overhead, wall ratio (ARGS=--n1-only: one run, the overhead alone)
-	$(PY) -m src.bench.sweep --sweep $(SWEEP) $(ARGS)
+	$(PY) -m src.bench.harness --sweep $(SWEEP) $(ARGS)
 
 bench-noise: $(VENV)/.installed ## the sweep quiet, then under a CPU hog (n_jobs=1): cell agreement, pairs, model errors, fits, advice (ARGS="--seeds 0,1 --hog-cores 1")
 	$(PY) -m src.bench.noise --sweep $(SWEEP) $(ARGS)

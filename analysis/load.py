@@ -59,10 +59,6 @@ class SweepData:
         return finished_trials(self.trials)
 
 
-def default_tracking_uri() -> str:
-    return resolve_uri()
-
-
 def connect(uri: str) -> MlflowClient:
     """Point mlflow at `uri` once the store passed store.check_readable (nothing is created or changed:
     MLflow would make an empty database at a missing path)."""

@@ -225,7 +225,7 @@ def measure(cfg, ks: list[int], shapes, seqs: int, every: int, seed: int, loaded
     from src.engine.tree import build_tree
     from src.engine.engines import Engine
     from src.trial.load import build_draft, load_target
-    from src.trial.lock import timing_lock
+    from src.trial.timing_lock import timing_lock
     t0 = time.perf_counter()
     chosen = settings(cfg, ks, shapes)
     first = next(iter(chosen.values()))   # every setting shares the target, the draft and the text
@@ -286,7 +286,7 @@ def measure_policy(chosen: dict, model, draft, target, prompt: list[int], seq, a
     import torch
     from src.engine.decode import generate_baseline, generate_speculative
     from src.engine.measure import measure_cost, replay_draft_cost
-    from src.trial.lock import timing_lock
+    from src.trial.timing_lock import timing_lock
     from src.trial.policies import build_policy
     first = next(iter(chosen.values()))
     T, n = first.temperature, first.n_chars
@@ -325,7 +325,7 @@ def measure_batch(chosen: dict, model, draft, corpus, target, seq, a: float, seq
     from src.engine.batch import generate_speculative_batch, stream_generators
     from src.engine.measure import measure_batch_cost, replay_draft_cost
     from src.trial.batched import batch_prompts
-    from src.trial.lock import timing_lock
+    from src.trial.timing_lock import timing_lock
     first = next(iter(chosen.values()))
     T, n, B = first.temperature, first.n_chars, first.batch
     prompts = batch_prompts(first, corpus, target.tokenizer)
@@ -360,7 +360,7 @@ def measure_library(chosen: dict, target, draft, prompt: list[int], a: float, se
 
     from src.engine.library import library_cost
     from src.trial.library import library_loop
-    from src.trial.lock import timing_lock
+    from src.trial.timing_lock import timing_lock
     first = next(iter(chosen.values()))
     n = first.n_chars
     costs, o_base = {}, []
@@ -499,9 +499,9 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
 
 
 def run(argv: list[str]) -> None:
-    from .load import default_tracking_uri
     args, overrides = parse_args(argv)
-    args.uri = args.uri or default_tracking_uri()
+    from src.sweep.store import resolve_uri
+    args.uri = resolve_uri(args.uri)
     ks, overrides = parse_ks(overrides)
     drafts = [d for d in (args.fit_drafts or "").split(",") if d] or None
     o = fitted_overheads(args.uri, args.experiment, args.fit_sweep, drafts) if args.fit_sweep else Overheads()

@@ -27,6 +27,7 @@ from mlflow.exceptions import MlflowException
 
 from src.engine.atomic import write_text
 from src.engine.errors import ArgParser, SpecsweepError
+from src.sweep.store import resolve_uri
 
 from . import figures
 from .aggregate import configured_level, pooled_speedup, trial_status
@@ -34,7 +35,7 @@ from .cli import one_line_errors
 from .cost_models import BOOTSTRAP, ModelResults, cell_predictions, predict_trials
 from .export import atomic_folder, markdown, write_figure, write_table
 from .formula import MAP_KS
-from .load import DEFAULT_EXPERIMENT, REPO, SweepData, connect, default_tracking_uri, load_sweep
+from .load import DEFAULT_EXPERIMENT, REPO, SweepData, connect, load_sweep
 from .loops import loops_table
 from .pays import pays_inputs
 from .policies import drafted_table, policies_table
@@ -203,7 +204,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def run(args: argparse.Namespace) -> Path:
-    uri = args.tracking_uri or default_tracking_uri()
+    uri = resolve_uri(args.tracking_uri)
     client = connect(uri)
     data = load_sweep(client, args.experiment, args.sweep_id)
     out_dir = args.out or default_out(data.sweep.sweep_id)

@@ -19,7 +19,7 @@
    pass against N, a least-squares line through them (verify / one pass = a + b N), and the
    tree loop's overhead per node beyond the verify passes and the tree building (bigram draft),
    also as a share of one target pass (the same floor as the chain's).
-6. The machine's limit (`bench=roofline`, not in `all`; src/bench/roofline.py): FLOPs and bytes
+6. The machine's limit (`bench=roofline`, not in `all`; src/bench/machine_limit.py): FLOPs and bytes
    of each pass width, the machine's rates, each engine's pass against its bound, tv(w) / t1,
    the model drafts' c per engine, compile times.
 7. The two loops (`bench=library`, not in `all`; src/bench/library.py): the tool's eager loop and
@@ -53,7 +53,7 @@ from ..trial.load import build_draft, load_target
 from ..trial.spec import draft_class, draft_spec, trial_spec
 from . import kernels as bench_kernels
 from . import library as bench_library
-from . import roofline as bench_roofline
+from . import machine_limit
 
 
 def named_draft(cfg, target, corpus, name: str):
@@ -248,7 +248,7 @@ def main(cfg: DictConfig) -> None:
                 log.info("| %s | %d | %.3f | %.3f-%.3f | %.2f | %.2f |", name, k, o["ratio"], o["lo"], o["hi"],
                          o["cpp_mixture"], o["cpp_dense"])
     if which == "roofline":
-        bench_roofline.log_tables(log, cfg, target, corpus)
+        machine_limit.log_tables(log, cfg, target, corpus)
     if which == "library":
         bench_library.log_tables(log, cfg, target, corpus)
     if which in ("all", "kernels"):

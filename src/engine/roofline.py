@@ -15,7 +15,7 @@ A pass can take no less than max(flops / peak FLOP/s, bytes / bandwidth): the ma
 `measure_machine` times the rates on this machine, one thread: a 1024^3 float32 GEMM, a copy the
 size of a pass's bytes (the weights and the cache stay in cache from one pass to the next, so this
 is the bandwidth a pass sees) and a 64 MB copy (from memory, reported beside it);
-src/bench/roofline.py sets each engine's measured pass beside the bound.
+src/bench/machine_limit.py sets each engine's measured pass beside the bound.
 """
 from __future__ import annotations
 

@@ -60,17 +60,6 @@ def timed(fn: Callable[[], object], device: str = "cpu", clock: Clock = time.per
     return wall, ((cpu_clock() - c0) / wall if wall > 0 else 1.0)
 
 
-def median_time(fn: Callable[[], object], reps: int, repeats: int = 7, device: str = "cpu",
-                clock: Clock = time.perf_counter) -> float:
-    """Median over `repeats` of the mean seconds per call over `reps` calls (one component alone)."""
-    fn()  # warm-up
-    per_call = []
-    for _ in range(repeats):
-        wall, _ = timed(lambda: [fn() for _ in range(reps)], device, clock)
-        per_call.append(wall / reps)
-    return statistics.median(per_call)
-
-
 def interleaved_medians(blocks: dict[str, tuple[Callable[[], object], int]], rounds: int = 7,
                         device: str = "cpu", clock: Clock = time.perf_counter) -> dict[str, float]:
     """name -> median over `rounds` of the mean seconds per call of one block of `reps` calls.

@@ -142,11 +142,6 @@ def verify_checkpoint(path: Path) -> str:
     return digest
 
 
-def load_checkpoint(path: Path) -> dict:
-    verify_checkpoint(path)
-    return _read_checkpoint(path)
-
-
 def _read_checkpoint(path: Path) -> dict:
     try:
         return torch.load(path, map_location="cpu", weights_only=True)

@@ -25,7 +25,7 @@ from .policies import build_policy
 from .checks import check_inputs
 from .library import library_measurements
 from .load import TargetSource, build_draft, draft_model_key, load_target
-from .lock import timing_lock
+from .timing_lock import timing_lock
 from .spec import TrialSpec, tree_label
 
 log = logging.getLogger(__name__)

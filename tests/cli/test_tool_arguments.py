@@ -28,17 +28,17 @@ def wired(monkeypatch):
     import src.bench.drafts
     import src.bench.noise
     import src.bench.policy_ceiling
-    import src.bench.sweep
+    import src.bench.harness
     import src.cluster.servers
     for module in (src.bench.drafts, src.bench.policy_ceiling):
         monkeypatch.setattr(module, "load_target", trip)
-    for module in (src.bench.sweep, src.bench.noise):
+    for module in (src.bench.harness, src.bench.noise):
         monkeypatch.setattr(module, "run_sweep", trip)
     monkeypatch.setattr(src.bench.noise, "CpuHog", trip)
     monkeypatch.setattr(src.cluster.servers, "_load", trip)
     monkeypatch.setattr(analysis.report, "run", trip)
     monkeypatch.setattr(analysis.predict, "compose", trip)
-    return {"drafts": src.bench.drafts.main, "ceiling": src.bench.policy_ceiling.main, "sweep": src.bench.sweep.main,
+    return {"drafts": src.bench.drafts.main, "ceiling": src.bench.policy_ceiling.main, "sweep": src.bench.harness.main,
             "noise": src.bench.noise.main, "servers": src.cluster.servers.main, "report": analysis.report.main,
             "predict": analysis.predict.main}
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import random
 import statistics
+import time
 from fractions import Fraction
 from itertools import product
 
@@ -18,8 +19,8 @@ import pytest
 from src.engine.errors import SpecsweepError
 from src.engine.measure import pass_per_reference
 from src.engine.timing import (FIXED, PAIRS_CAP, ROUNDS_CAP, TIME_CAP, WIDTH, adaptive_rounds, cost_round_options,
-                               interleaved_medians, median_interval, median_rank, median_time, paired_timing,
-                               rank_coverage, relative_width, round_ratio, stop_reason, timing_options)
+                               interleaved_medians, median_interval, median_rank, paired_timing,
+                               rank_coverage, relative_width, round_ratio, stop_reason, timed, timing_options)
 
 RATIO = 1.3  # planted: baseline takes 1.3 x the speculative arm's time (before noise)
 
@@ -246,6 +247,17 @@ def planted_components(clock: FakeClock, burst_start: int):
             clock.t += cost * (10 if slow else 1)
         return call
     return {name: component(cost) for name, cost in COSTS.items()}
+
+
+def median_time(fn, reps: int, repeats: int = 7, device: str = "cpu", clock=time.perf_counter) -> float:
+    """The old way, kept as the control here: median over `repeats` of the mean seconds per call over `reps` calls (one component alone)."""
+    fn()  # warm-up
+    per_call = []
+    for _ in range(repeats):
+        wall, _ = timed(lambda: [fn() for _ in range(reps)], device, clock)
+        per_call.append(wall / reps)
+    return statistics.median(per_call)
+
 
 
 def test_interleaved_rounds_spread_a_burst_over_components():

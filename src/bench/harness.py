@@ -15,9 +15,9 @@ Prints:
    add up to the wall; the one-off schema creation of the fresh store is shown apart;
 3. the sweep's wall time at n_jobs=1 and n_jobs=2, as a ratio.
 
-    python -m src.bench.sweep --sweep paper
-    python -m src.bench.sweep --sweep paper --n1-only        # the overhead alone: one run
-    python -m src.bench.sweep --sweep paper --no-control hydra.sweeper.params.seed=0
+    python -m src.bench.harness --sweep paper
+    python -m src.bench.harness --sweep paper --n1-only        # the overhead alone: one run
+    python -m src.bench.harness --sweep paper --no-control hydra.sweeper.params.seed=0
 """
 from __future__ import annotations
 
@@ -124,7 +124,7 @@ def print_overhead(run: SweepRun) -> None:
 
 
 def main() -> None:
-    ap = ArgParser(prog="python -m src.bench.sweep", description=__doc__.splitlines()[0])
+    ap = ArgParser(prog="python -m src.bench.harness", description=__doc__.splitlines()[0])
     ap.add_argument("--sweep", default="paper")
     ap.add_argument("--no-control", action="store_true", help="skip the second n_jobs=1 run")
     ap.add_argument("--n1-only", action="store_true",
