@@ -7,7 +7,7 @@ SWEEP  ?= paper
 TEST_WORKERS ?= auto   # pytest-xdist workers for make test / test-fast (auto: one per core)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run sweep ui analyze predict test test-fast readme-example bench bench-sweep bench-noise bench-drafts bench-ceiling clean-outputs
+.PHONY: help setup run sweep ui analyze predict test test-fast readme-example bench bench-sweep bench-noise bench-drafts bench-ceiling retrain-default clean-outputs
 .PHONY: setup-cluster tracking-server tracking-server-stop ray-up ray-down
 
 help: ## list the targets
@@ -65,6 +65,9 @@ bench-drafts: $(VENV)/.installed ## table drafts (ngram, distilled) by context l
 
 bench-ceiling: $(VENV)/.installed ## what any draft-length policy could gain over the best fixed k, per draft and price per drafted char (ARGS="--drafts ngram --prices 0.065,0.3")
 	$(PY) -m src.bench.policy_ceiling $(ARGS)
+
+retrain-default: $(VENV)/.installed ## retrain the shipped default target (src/engine/weights/) and compare: 10-25 min on 2 cores (ARGS=--ship: replace it)
+	$(PY) -m src.bench.retrain $(ARGS)
 
 tracking-server: $(VENV)/.installed-cluster ## MLflow server on PostgreSQL, both on 127.0.0.1, data in .cluster/ (ARGS="--port 5001 --pg-port 5433")
 	$(PY) -m src.cluster.servers tracking-up $(ARGS)

@@ -3,6 +3,15 @@
 Cache key = sha256 of (corpus sha256, model config, training config, seed). The checkpoint
 is written atomically with a sha256 sidecar; a file lock makes concurrent workers on a
 fresh machine train it once: the first takes the lock and trains, the others wait and load.
+
+Shipped targets: a checkpoint in `SHIPPED` (src/engine/weights/, in git: the default target,
+so a fresh clone answers in minutes instead of training for 10-25) is the cache's first
+source for its key. It is copied into the cache once its sha256 matches its recipe's
+(`weights/recipe.json`: key, sha256, corpus sha256, model, training, seed, validation loss);
+a file that does not match is skipped with a warning and the target is trained. The same key
+means the same corpus, config and seed, so the shipped file is what training here would
+make, up to the float differences of another CPU: `make retrain-default` retrains it and
+compares (src/bench/retrain.py).
 """
 from __future__ import annotations
 
@@ -11,6 +20,7 @@ import json
 import logging
 import math
 import os
+import shutil
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -27,6 +37,8 @@ from .model import ModelConfig, Transformer
 from .tokenizer import CharTokenizer
 
 log = logging.getLogger(__name__)
+
+SHIPPED = Path(__file__).parent / "weights"   # checkpoints shipped in git, and their recipe.json
 
 
 @dataclass(frozen=True)
@@ -193,15 +205,54 @@ def all_cores():
         torch.set_num_threads(before)
 
 
+def recipe(key: str, corpus_sha: str, model_cfg: dict, train_cfg: TrainConfig, seed: int, ckpt: dict,
+           sha256: str) -> dict:
+    """What a shipped checkpoint records about itself (one entry of weights/recipe.json)."""
+    return {"key": key, "sha256": sha256, "corpus_sha256": corpus_sha, "model": model_cfg,
+            "train": asdict(train_cfg), "seed": seed, "val_loss": float(ckpt["val_loss"]),
+            "train_seconds": round(float(ckpt["train_seconds"]), 1), "n_params": int(ckpt["n_params"])}
+
+
+def shipped_recipes(folder: Path = SHIPPED) -> dict[str, dict]:
+    """key -> recipe of the checkpoints shipped in `folder` ({} without a recipe file)."""
+    try:
+        return {r["key"]: r for r in json.loads((folder / "recipe.json").read_text())}
+    except FileNotFoundError:
+        return {}
+
+
+def copy_shipped(key: str, path: Path, folder: Path | None = SHIPPED) -> bool:
+    """Copy the shipped checkpoint of `key` to the cache `path` (sealed); False if none is
+    shipped, or the shipped file's sha256 is not its recipe's (a warning: it is trained instead)."""
+    if folder is None:
+        return False
+    src = folder / path.name
+    entry = shipped_recipes(folder).get(key)
+    if entry is None or not src.is_file():
+        return False
+    if file_sha256(src) != entry["sha256"]:
+        log.warning("the shipped target %s fails its checksum (%s): training it instead", key, src)
+        return False
+    with atomic_path(path) as tmp:
+        shutil.copyfile(src, tmp)
+    seal(path)
+    log.info("target %s: the shipped checkpoint (validation loss %.4f nats/char; `make retrain-default` "
+             "retrains and compares)", key, entry["val_loss"])
+    return True
+
+
 def get_target(corpus, model_kwargs: dict, train_cfg: TrainConfig, seed: int, cache_dir: str | Path,
-               progress: bool = True, train_if_missing: bool = True) -> TrainedTarget:
-    """Load the cached target for this (corpus, config, seed), training it first if needed (with
-    every core). train_if_missing=False refuses to train: a sweep's worker gets its target from
-    the tracking server instead, so the same key always means the same bytes."""
+               progress: bool = True, train_if_missing: bool = True, shipped: Path | None = SHIPPED) -> TrainedTarget:
+    """Load the cached target for this (corpus, config, seed); a missing one is copied from
+    `shipped` if it holds that key (None: never), else trained (with every core).
+    train_if_missing=False refuses to train: a sweep's worker gets its target from the tracking
+    server instead, so the same key always means the same bytes."""
     tok, mcfg, key, path = _target_spec(corpus, model_kwargs, train_cfg, seed, cache_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
     with file_lock(str(path) + ".lock", f"target {key} (another process may be training it)", TRAINING_WAIT_S):
-        if not path.is_file():
+        if not path.is_file() and train_if_missing and copy_shipped(key, path, shipped):
+            pass
+        elif not path.is_file():
             if not train_if_missing:
                 raise SpecsweepError(f"target {key} is not in the cache {path.parent} and this process may not train it")
             train_text, val_text = corpus.split(train_cfg.val_fraction)
