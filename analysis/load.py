@@ -26,8 +26,11 @@ from src.sweep.store import DEFAULT_EXPERIMENT, KIND_TAG, REUSED_PREFIX, SWEEP, 
 log = logging.getLogger(__name__)
 
 FINISHED = "FINISHED"
-KEY = ["draft", "k", "seed"]   # one trial
+KEY = ["draft", "k", "seed"]   # one trial ("draft": its cell's label, built from CELL_PARTS)
 CELL = ["draft", "k"]          # one table row: a trial aggregated across seeds
+# what a cell is, as columns of the trials frame: the draft, the options a sweep varied ("" if none),
+# the draft-length policy ("fixed"), the tree's widths ("" for a chain), the engine, the batch size
+CELL_PARTS = ["draft_name", "draft_options", "policy", "tree", "engine", "batch"]
 INT_PARAMS = ["k", "seed", "n_chars", "pairs_min"]
 FLOAT_PARAMS = ["temperature", "confidence"]
 STR_PARAMS = ["draft", "target_key"]
@@ -119,29 +122,20 @@ def tidy_runs(raw: pd.DataFrame) -> pd.DataFrame:
             out[name] = col
         else:
             out[name] = pd.to_numeric(col, errors="coerce")
-    out["draft"] = with_swept_options(raw, out["draft"])
-    # an adaptive draft-length policy's trials are cells of their own: draft "<draft>~<policy>"
-    # (e.g. ngram~heuristic), k its cap
+    # a cell is its columns (CELL_PARTS): the draft, its swept options, the draft-length policy, the
+    # tree shape, the engine and the batch size; "draft" becomes the label built from them
+    out["draft_name"] = out["draft"]
+    out["draft_options"] = swept_options(raw, out["draft_name"])
     policy = raw.get("params.policy.name")
-    if policy is not None:
-        adaptive = policy.notna() & (policy != "fixed")
-        out.loc[adaptive, "draft"] = out.loc[adaptive, "draft"] + "~" + policy[adaptive]
-    # a tree's trials are cells of their own: draft "<draft>+tree<widths>" (e.g. bigram+tree4-2-2-1),
-    # never pooled with the chain's trials of the same draft and k (k is the tree's depth)
+    out["policy"] = "fixed" if policy is None else policy.fillna("fixed")
     verify, widths = raw.get("params.verify"), raw.get("params.tree_widths")
-    if verify is not None and widths is not None:
-        tree = (verify == "tree") & widths.notna()
-        out.loc[tree, "draft"] = out.loc[tree, "draft"] + "+tree" + widths[tree]
-    # another engine than eager, or a batch of several sequences, is another regime: draft
-    # "<draft>@<engine>" (ngram@compiled), "<draft>@B<batch>" (ngram@B16), or both (ngram@compiled@B16)
+    tree = (verify == "tree") & widths.notna() if verify is not None and widths is not None else None
+    out["tree"] = "" if tree is None else widths.where(tree, "").astype(object)
     engine = raw.get("params.engine.name")
     out["engine"] = engine.fillna("eager") if engine is not None else "eager"
-    other = out["engine"] != "eager"
-    out.loc[other, "draft"] = out.loc[other, "draft"] + "@" + out.loc[other, "engine"]
     batch = raw.get("params.batch")
     out["batch"] = 1 if batch is None else pd.to_numeric(batch, errors="coerce").fillna(1).astype(int)
-    many = out["batch"] > 1
-    out.loc[many, "draft"] = out.loc[many, "draft"] + "@B" + out.loc[many, "batch"].astype(str)
+    out["draft"] = cell_labels(out)
     for name in TAGS:
         col = raw.get(f"tags.{name}")
         out[name] = pd.Series(pd.NA, index=out.index, dtype=object) if col is None else col.astype(object)
@@ -156,47 +150,51 @@ DRAFT_OPTION = re.compile(r"params\.draft\.(.+)")
 NOT_OPTIONS = ("name", "_target_")
 
 
-def with_swept_options(raw: pd.DataFrame, draft: pd.Series) -> pd.Series:
-    """A sweep over a draft's own options (draft.order=4,6; draft.distill_chars=1000000,null) makes
-    cells of their own: draft "<draft>[<option>=<value>,...]" for each option that takes more than
-    one value among that draft's runs (in the order the runs logged them); a draft whose options
-    all agree keeps its bare name. A run that lacks an option others logged (another code
-    version) does not split its cell."""
+def swept_options(raw: pd.DataFrame, draft: pd.Series) -> pd.Series:
+    """Per run, the draft's own options a sweep varied ("order=4", "distill_chars=1000000"; "" when
+    none): each option that takes more than one value among that draft's runs, in the order the
+    runs logged them. A draft whose options all agree has none, and a run that lacks an option
+    others logged (another code version) does not split its cell."""
     options = {c: m.group(1) for c in raw.columns if (m := DRAFT_OPTION.fullmatch(c)) and m.group(1) not in NOT_OPTIONS}
-    out = draft.copy()
+    out = pd.Series("", index=draft.index, dtype=object)
     for name in draft.dropna().unique():
         rows = draft == name
         swept = [c for c in options if raw.loc[rows, c].nunique(dropna=True) > 1]
         if swept:
             values = raw.loc[rows, swept].astype(str)
-            out[rows] = name + "[" + values.apply(lambda r: ",".join(f"{options[c]}={v}" for c, v in r.items()),
-                                                  axis=1) + "]"
+            out[rows] = values.apply(lambda r: ",".join(f"{options[c]}={v}" for c, v in r.items()), axis=1)
     return out
 
 
-@dataclass(frozen=True)
-class Label:
-    """A cell's draft label taken apart: "<draft>~<policy>+tree<widths>@<engine>@B<batch>", every
-    part after the draft optional; the draft carries its swept options where a sweep varied them
-    ("distilled[distill_chars=None]")."""
-    draft: str
-    tree: str        # the widths, "4-2-2-1", or "" for a chain
-    engine: str
-    batch: int
-    policy: str = "fixed"
+def cell_labels(cells: pd.DataFrame, leave_out: tuple[str, ...] = ()) -> pd.Series:
+    """The display label of each row's cell, from its CELL_PARTS columns (those in `leave_out`
+    left out): "<draft>[<options>]~<policy>+tree<widths>@<engine>@B<batch>", every part after the
+    draft only where it is not the default (ngram, distilled[distill_chars=None],
+    ngram~heuristic, bigram+tree4-2-2-1, ngram@compiled@B16). Labels are for tables and figures;
+    the analysis reads the columns, never parses a label."""
+    def part(name: str, show, text) -> pd.Series:
+        if name in leave_out or name not in cells:
+            return pd.Series("", index=cells.index, dtype=object)
+        col = cells[name]
+        return col.map(lambda v: text(v) if show(v) else "").astype(object)
+    label = cells["draft_name"].astype(object)
+    placed = label.notna()     # a run that died before logging its draft has no cell
+    if not placed.any():
+        return label
+    cells = cells[placed]
+    label[placed] = (label[placed] + part("draft_options", bool, lambda v: f"[{v}]")
+                     + part("policy", lambda v: v != "fixed", lambda v: f"~{v}")
+                     + part("tree", bool, lambda v: f"+tree{v}")
+                     + part("engine", lambda v: v != "eager", lambda v: f"@{v}")
+                     + part("batch", lambda v: int(v) > 1, lambda v: f"@B{int(v)}"))
+    return label
 
 
-def parse_label(label: str) -> Label:
-    base, *regime = label.split("@")
-    base, _, tree = base.partition("+tree")
-    draft, _, policy = base.partition("~")
-    engine, batch = "eager", 1
-    for part in regime:
-        if re.fullmatch(r"B\d+", part):
-            batch = int(part[1:])
-        else:
-            engine = part
-    return Label(draft, tree, engine, batch, policy or "fixed")
+def with_cell_parts(cells: pd.DataFrame, trials: pd.DataFrame) -> pd.DataFrame:
+    """`cells` (rows keyed by the label "draft", e.g. an aggregate) with the CELL_PARTS columns of
+    their trials, for analyses that read a cell's policy, tree, engine or batch."""
+    parts = trials.drop_duplicates("draft")[["draft", *CELL_PARTS]]
+    return cells.drop(columns=[c for c in CELL_PARTS if c in cells]).merge(parts, on="draft", how="left")
 
 
 def split_unplaced(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from .load import cell_labels
 from .tables import Table
 
 NEED = ("base_pass_us", "verify_pass_us", "draft_char_us", "overhead_us_per_pass", "chars_per_pass", "proposed",
@@ -34,7 +35,7 @@ def loops_table(finished: pd.DataFrame, measured: pd.DataFrame) -> Table | None:
     if t.empty or "transformers" not in set(t["engine"]):
         return None
     base = t["base_pass_us"]
-    rows = pd.DataFrame({"cell": t["draft"], "draft": t["draft"].str.split("@").str[0], "loop": t["engine"],
+    rows = pd.DataFrame({"cell": t["draft"], "draft": cell_labels(t, leave_out=("engine",)), "loop": t["engine"],
                          "k": t["k"].astype(int), "chars/pass": t["chars_per_pass"], "plain step us": base,
                          "verify": t["verify_pass_us"] / base,
                          "draft cost": t["proposed"] / t["target_passes"] * t["draft_char_us"] / base,

@@ -38,7 +38,7 @@ def pays_inputs(finished: pd.DataFrame, pairs: pd.DataFrame, level: float) -> li
         return out
     for key, t in finished.groupby("target_key", sort=True):
         fit = fit_extended(t, free_loop=False)  # the (o_pass, gamma) form: no free loop runs here
-        chain = t[~t["draft"].str.contains("+", regex=False)]
+        chain = t[t["tree"] == ""] if "tree" in t else t
         pts = chain.groupby(["draft", "k"], sort=True)[["position_acceptance", "c"]].median()
         pts = pts.rename(columns={"position_acceptance": "a"}).reset_index()
         own = pairs[pairs["run_id"].isin(chain["run_id"])] if "run_id" in chain else pairs.iloc[0:0]

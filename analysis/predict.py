@@ -101,9 +101,9 @@ def prediction_table(survival, costs: dict, overheads: Overheads, a: float | Non
 
 
 def ape_summary(cells: pd.DataFrame, paper_drafts) -> pd.DataFrame:
-    """Median and max APE (percent) of cells (columns draft, `ape %`) for the paper drafts (a tree of one
-    counts as one: `bigram+tree2-1`) and the others."""
-    base = cells["draft"].str.split("+").str[0]
+    """Median and max APE (percent) of cells (columns draft_name, `ape %`) for the paper drafts (in any
+    cell: a tree, an engine, a batch, a policy of one counts as one) and the others."""
+    base = cells["draft_name"]
     rows = []
     for group, mask in (("paper drafts (" + ", ".join(paper_drafts) + ")", base.isin(paper_drafts)),
                         ("new drafts", ~base.isin(paper_drafts))):
@@ -396,7 +396,7 @@ def fitted_overheads(uri: str, experiment: str, sweep_id: str, drafts: list[str]
     data = load_sweep(connect(uri), experiment, sweep_id)
     t = data.finished
     if drafts:
-        t = t[t["draft"].str.split("+").str[0].isin(drafts)]
+        t = t[t["draft_name"].isin(drafts)]
     missing = [c for c in EXTENDED_INPUTS if c not in t.columns]
     if t.empty or missing:
         raise SpecsweepError(f"sweep {sweep_id!r} has no finished trials to fit the overheads on"
@@ -433,7 +433,7 @@ def validate_sweep(args, overrides: list[str], o: Overheads) -> pd.DataFrame:
     from src.trial.spec import trial_spec
     from .aggregate import configured_level, pooled_speedup
     from .cost_models import PAPER_DRAFTS
-    from .load import connect, load_sweep, parse_label
+    from .load import connect, load_sweep
     data = load_sweep(connect(args.uri), args.experiment, args.sweep_id)
     fin = data.finished
     if fin.empty:
@@ -442,11 +442,13 @@ def validate_sweep(args, overrides: list[str], o: Overheads) -> pd.DataFrame:
     common = [f"temperature={fin['temperature'].iloc[0]}", f"n_chars={int(fin['n_chars'].iloc[0])}"]
     loaded, rows, sources = None, [], set()   # where each cell's loop overheads came from
     for label in sorted(fin["draft"].unique()):
-        cell = parse_label(label)                  # "<draft>[+tree<widths>][@<engine>][@B<batch>]"
-        draft, shape = cell.draft, cell.tree
         g = fin[fin["draft"] == label]
+        cell = g.iloc[0]                           # the cell's columns (load.CELL_PARTS)
+        draft, shape = cell["draft_name"], cell["tree"]
         extra = ["verify=tree", f"verify.widths=[{shape.replace('-', ',')}]"] if shape else []
-        extra += [f"engine={cell.engine}", f"batch={cell.batch}", f"policy={cell.policy}"]
+        extra += [f"engine={cell['engine']}", f"batch={int(cell['batch'])}", f"policy={cell['policy']}"]
+        extra += [f"draft.{o.partition('=')[0]}={'null' if o.partition('=')[2] == 'None' else o.partition('=')[2]}"
+                  for o in cell["draft_options"].split(",") if o]   # the options the sweep varied
         cfg = compose([f"draft={draft}", *common, *overrides, *extra])
         loaded = loaded or load_target(trial_spec(cfg).target, progress=False)
         if loaded[1].key != g["target_key"].iloc[0]:
@@ -461,7 +463,7 @@ def validate_sweep(args, overrides: list[str], o: Overheads) -> pd.DataFrame:
         cpp = g.groupby("k")["chars_per_pass"].median()
         for r in table.itertuples():
             meas = measured.get((label, r.k), np.nan)
-            rows.append({"draft": label, "k": r.k, "cpp": r.cpp, "cpp measured": cpp.get(r.k, np.nan), "c": r.c,
+            rows.append({"draft": label, "draft_name": draft, "k": r.k, "cpp": r.cpp, "cpp measured": cpp.get(r.k, np.nan), "c": r.c,
                          "predicted": r.predicted, "measured": meas, "ape %": abs(r.predicted - meas) / meas * 100})
         print(f"  {label}: measured in {m.seconds:.1f} s", flush=True)
     cells = pd.DataFrame(rows)

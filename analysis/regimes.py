@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from .load import SweepData
+from .load import SweepData, cell_labels
 from .tables import Table
 
 
@@ -62,7 +62,7 @@ def regimes_table(cells: dict[Regime, pd.DataFrame]) -> Table:
     rows = []
     for regime, c in cells.items():
         c = c.dropna(subset=["measured"])
-        for draft, g in c.groupby(c["draft"].map(lambda d: d.split("@")[0]), sort=True):   # the label, less the regime
+        for draft, g in c.groupby(cell_labels(c, leave_out=("engine", "batch")), sort=True):   # the label, less the regime
             best = g.loc[g["measured"].idxmax()]
             rows.append({"draft": draft, "engine": regime.engine, "batch": regime.batch, "best k": int(best["k"]),
                          "speedup": best["measured"], "lo": best["lo"], "hi": best["hi"],
@@ -137,7 +137,7 @@ def verify_cost_table(finished: pd.DataFrame) -> Table | None:
     t = finished.assign(engine=finished["engine"].fillna("eager") if "engine" in finished else "eager",
                         batch=finished["batch"] if "batch" in finished else 1,
                         ratio=finished["verify_pass_us"] / finished["target_pass_us"])
-    t = t[~t["draft"].str.contains(r"\+tree", regex=True)]
+    t = t[t["tree"] == ""] if "tree" in t else t
     if t.empty:
         return None
     df = t.pivot_table(index=["engine", "batch"], columns="k", values="ratio", aggfunc="median")

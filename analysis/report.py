@@ -35,7 +35,7 @@ from .cli import one_line_errors
 from .cost_models import BOOTSTRAP, ModelResults, cell_predictions, predict_trials
 from .export import atomic_folder, markdown, write_figure, write_table
 from .formula import MAP_KS
-from .load import DEFAULT_EXPERIMENT, REPO, SweepData, connect, load_sweep
+from .load import DEFAULT_EXPERIMENT, REPO, SweepData, connect, load_sweep, with_cell_parts
 from .loops import loops_table
 from .pays import pays_inputs
 from .policies import drafted_table, policies_table
@@ -77,6 +77,7 @@ def build_report(data: SweepData, boots: int = BOOTSTRAP) -> Report:
     models = predict_trials(finished, boots)
     cells = cell_predictions(models.trials, speedup, models.intervals)
     cells = cells.merge(cpu_models_per_cell(finished).rename("cpu_models").reset_index(), on=["draft", "k"], how="left")
+    cells = with_cell_parts(cells, finished)
     tables = [status_table(status),
               optional(acceptance_table, finished),
               optional(position_table, finished),

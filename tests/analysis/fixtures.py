@@ -267,7 +267,8 @@ def noisy_frames(truth: Truth, noise: Noise | None, **grid) -> tuple[pd.DataFram
     for (d, k, s), (m, ratios) in noisy_trials(truth, noise, **grid).items():
         run_id = f"{d}-{k}-{s}"
         trials.append({"run_id": run_id, "status": "FINISHED", "start_time": START, "draft": d, "k": k, "seed": s,
-                       "cpu_model": CPU[0], "host": CPU[1], **m})
+                       "draft_name": d, "draft_options": "", "policy": "fixed", "tree": "", "engine": "eager",
+                       "batch": 1, "cpu_model": CPU[0], "host": CPU[1], **m})
         pairs += [(d, k, s, run_id, i, r) for i, r in enumerate(ratios)]
     return pd.DataFrame(trials), pd.DataFrame(pairs, columns=["draft", "k", "seed", "run_id", "pair", "ratio"])
 

@@ -22,7 +22,7 @@ from analysis import report as report_cli
 from analysis.aggregate import configured_level, pooled_speedup, trial_status
 from analysis.cost_models import MODELS, best_k, fit_extended
 from analysis.export import latex, markdown
-from analysis.load import connect, load_sweep, parse_label, tidy_runs
+from analysis.load import CELL_PARTS, cell_labels, connect, load_sweep, tidy_runs
 from analysis.report import build_report, write_outputs
 from analysis.tables import verdict
 from src.engine.errors import SpecsweepError
@@ -184,9 +184,34 @@ def test_a_sweep_over_a_drafts_options_keeps_each_setting_a_cell_of_its_own():
     assert tidy_runs(raw)["draft"].tolist() == [
         "distilled[distill_chars=1000000]", "distilled[distill_chars=None]", "distilled[distill_chars=None]",
         "distilled[distill_chars=None]~cost", "ngram", "ngram"]
-    assert parse_label("distilled[distill_chars=None]~cost@compiled").draft == "distilled[distill_chars=None]"
+    got = tidy_runs(raw)
+    assert got["draft_name"].tolist() == ["distilled"] * 4 + ["ngram"] * 2        # the parts are columns
+    assert got["draft_options"].tolist() == ["distill_chars=1000000"] + ["distill_chars=None"] * 3 + [""] * 2
+    assert got["policy"].tolist() == ["fixed"] * 3 + ["cost", "fixed", "fixed"]
     same = raw.assign(**{"params.draft.distill_chars": ["None"] * 4 + [None] * 2})
     assert tidy_runs(same)["draft"].tolist() == ["distilled"] * 3 + ["distilled~cost", "ngram", "ngram"]
+
+
+def test_a_cell_is_its_columns_and_its_label_is_built_from_them():
+    """Every axis of a cell is a column (old runs that logged none get the defaults: a fixed-k
+    chain on eager at batch 1), and the label is built from those columns alone."""
+    raw = pd.DataFrame({"run_id": list("abcd"), "status": ["FINISHED"] * 4, "params.draft": ["ngram"] * 3 + ["bigram"],
+                        "params.k": ["4"] * 4, "params.seed": ["0"] * 4,
+                        "params.verify": ["chain", "tree", "chain", None],
+                        "params.tree_widths": [None, "2-1", None, None],
+                        "params.engine.name": ["eager", "compiled", "onnx", None],
+                        "params.batch": ["1", "1", "16", None],
+                        "params.policy.name": ["fixed", "fixed", "heuristic", None]})
+    got = tidy_runs(raw)
+    assert got[CELL_PARTS].values.tolist() == [["ngram", "", "fixed", "", "eager", 1],
+                                               ["ngram", "", "fixed", "2-1", "compiled", 1],
+                                               ["ngram", "", "heuristic", "", "onnx", 16],
+                                               ["bigram", "", "fixed", "", "eager", 1]]   # an old run: defaults
+    assert got["draft"].tolist() == ["ngram", "ngram+tree2-1@compiled", "ngram~heuristic@onnx@B16", "bigram"]
+    assert cell_labels(got, leave_out=("engine", "batch")).tolist() == ["ngram", "ngram+tree2-1", "ngram~heuristic",
+                                                                        "bigram"]
+    moved = got.assign(engine=["eager", "eager", "compiled", "eager"])   # a column changed: the label follows
+    assert cell_labels(moved).tolist()[1:3] == ["ngram+tree2-1", "ngram~heuristic@compiled@B16"]
 
 
 def test_speedup_table_verdicts_and_timing_flags(report):

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from analysis.figures import speedup_vs_batch
-from analysis.load import Label, Sweep, SweepData, parse_label
+from analysis.load import Sweep, SweepData
 from analysis.regimes import (Regime, batch_table, break_even, crossing, only_regime, regimes_of, regimes_table,
                               speedup_by_batch, verify_cost_table)
 from analysis.report import build_report
@@ -34,13 +34,6 @@ def batch_sweep() -> SweepData:
     pairs = pd.concat([p for _, p in frames], ignore_index=True)
     return SweepData(Sweep("batch", "batch", "parent", "0", fx.START), trials, trials.iloc[0:0][["run_id", "status"]],
                      pairs)
-
-
-def test_labels_parse_back():
-    assert parse_label("ngram") == Label("ngram", "", "eager", 1)
-    assert parse_label("ngram@compiled@B16") == Label("ngram", "", "compiled", 16)
-    assert parse_label("distilled+tree4-2-2-1@onnx") == Label("distilled", "4-2-2-1", "onnx", 1)
-    assert parse_label("int8@B64") == Label("int8", "", "eager", 64)
 
 
 def test_crossing_interpolates_in_log2_b():

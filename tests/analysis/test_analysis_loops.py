@@ -10,7 +10,8 @@ from analysis.loops import loops_table
 
 def trial(engine: str, seed: int, base: float, verify: float, draft: float, overhead: float) -> dict:
     label = "int8" if engine == "eager" else f"int8@{engine}"
-    return {"draft": label, "engine": engine, "k": 4, "seed": seed, "batch": 1, "base_pass_us": base,
+    return {"draft": label, "draft_name": "int8", "draft_options": "", "policy": "fixed", "tree": "",
+            "engine": engine, "k": 4, "seed": seed, "batch": 1, "base_pass_us": base,
             "verify_pass_us": verify, "draft_char_us": draft, "overhead_us_per_pass": overhead,
             "chars_per_pass": 3.0, "proposed": 40, "target_passes": 10}     # 4 drafted chars per pass
 

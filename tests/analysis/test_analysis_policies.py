@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from analysis.cost_models import Extended, drafted_per_pass, seed_formula
-from analysis.load import Label, parse_label
+from analysis.load import cell_labels
 from analysis.aggregate import pooled_speedup
 from analysis.policies import drafted_table, policies_table
 
@@ -33,12 +33,13 @@ def planted_pairs(seeds: int = 5, seed_sd: float = 0.08) -> pd.DataFrame:
 
 
 def cells(pairs: pd.DataFrame) -> pd.DataFrame:
-    return pooled_speedup(pairs, LEVEL).rename(columns={"median": "measured"})
-
-
-def test_labels_carry_the_policy():
-    assert parse_label("ngram~cost@compiled") == Label("ngram", "", "compiled", 1, "cost")
-    assert parse_label("ngram").policy == "fixed"
+    """The pooled cells with their columns (as analysis.load.with_cell_parts gives the report's)."""
+    c = pooled_speedup(pairs, LEVEL).rename(columns={"median": "measured"})
+    draft, _, policy = c["draft"].str.partition("~").T.values
+    c = c.assign(draft_name=draft, draft_options="", policy=[p or "fixed" for p in policy], tree="", engine="eager",
+                 batch=1)
+    assert cell_labels(c).tolist() == c["draft"].tolist()
+    return c
 
 
 def test_each_policy_against_the_best_fixed_k():

@@ -60,11 +60,12 @@ def test_a_draft_off_by_a_factor_moves_the_prediction_by_the_formulas_factor(k):
 
 
 def test_ape_summary_keeps_the_paper_drafts_apart():
-    cells = pd.DataFrame({"draft": ["bigram", "int8", "bigram+tree2-1", "ngram", "ngram+tree2-1", "heads"],
+    cells = pd.DataFrame({"draft_name": ["bigram", "int8", "bigram", "ngram", "ngram", "heads"],   # a cell's column
+                          "draft": ["bigram", "int8", "bigram+tree2-1", "ngram", "ngram@compiled", "heads"],
                           "ape %": [1.0, 3.0, 8.0, 2.0, 10.0, np.nan]})
     out = ape_summary(cells, ("bigram", "int8", "int4")).set_index("cells")
     assert out.loc[3, ["median APE %", "max APE %"]].tolist() == [3.0, 8.0]     # bigram, int8, bigram's tree
-    assert out.loc[2, ["median APE %", "max APE %"]].tolist() == [6.0, 10.0]    # ngram and its tree; heads: no error
+    assert out.loc[2, ["median APE %", "max APE %"]].tolist() == [6.0, 10.0]    # ngram on two engines; heads: no error
 
 
 # ---- the acceptance estimators ------------------------------------------------------------------
