@@ -5,6 +5,7 @@ PY     := $(VENV)/bin/python
 ARGS   ?=
 SWEEP  ?= paper
 TEST_WORKERS ?= auto   # pytest-xdist workers for make test / test-fast (auto: one per core)
+TORCH_INDEX ?=         # a wheel index for torch alone, e.g. PyTorch's CPU-only index (empty: pip's configured index)
 
 .DEFAULT_GOAL := help
 .PHONY: help setup run sweep ui analyze predict test test-fast readme-example bench bench-sweep bench-noise bench-drafts bench-ceiling retrain-default clean-outputs
@@ -16,10 +17,11 @@ help: ## list the targets
 $(VENV)/.installed: requirements.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	$(if $(strip $(TORCH_INDEX)),$(PY) -m pip install --quiet --index-url $(strip $(TORCH_INDEX)) $(shell grep -o '^torch==[^ ]*' requirements.txt))
 	$(PY) -m pip install --quiet -r requirements.txt
 	touch $@
 
-setup: $(VENV)/.installed ## create .venv/ and install the pinned requirements
+setup: $(VENV)/.installed ## create .venv/ and install the pinned requirements (TORCH_INDEX=URL: torch from that index, e.g. the CPU-only build)
 
 $(VENV)/.installed-cluster: $(VENV)/.installed requirements-cluster.txt
 	$(PY) -m pip install --quiet -r requirements-cluster.txt
