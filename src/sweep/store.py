@@ -167,29 +167,56 @@ def foreign_tables(db: Path) -> list[str]:
     return [] if not tables or MLFLOW_TABLES <= tables else sorted(tables)
 
 
-def check_readable(uri: str) -> None:
-    """A store the analysis reads, tried before it is opened, writing nothing: its URI's form, its
-    server or database answering, or, for SQLite, a regular file holding an MLflow store (MLflow
-    would create an empty database at a missing path, or add its tables to another one)."""
+def check_reachable(uri: str) -> None:
+    """The URI's form (check_uri), and its server or database answering (check_server, check_database)."""
     check_uri(uri)
     if is_server(uri):
         check_server(uri)
     elif is_database(uri):
         check_database(uri)
-    db = sqlite_path(uri)
-    if db is None:
-        return
+
+
+def check_sqlite_file(db: Path, write: bool) -> None:
+    """A SQLite store's file, tried without changing it. Either way it must be a regular file (not a
+    folder, a FIFO or a device) holding an SQLite database. To read: it exists, is readable and
+    holds MLflow's tables (MLflow would create an empty database at a missing path). To write: it
+    is writable in a writable folder, may be empty or missing (its folder must then take a new
+    file), and holds no other application's tables (MLflow would add its own to them)."""
+    from ..engine.locks import check_creatable
+    if db.is_dir():
+        raise SpecsweepError(f"the tracking store {db} is a folder, not a database file")
     if not db.exists():
-        raise SpecsweepError(f"no tracking store at {db} (run a sweep first, or pass --tracking-uri)")
-    if not db.is_file():
+        if not write:
+            raise SpecsweepError(f"no tracking store at {db} (run a sweep first, or pass --tracking-uri)")
+        check_creatable(db.parent, "the tracking store")
+        return
+    if not db.is_file():   # a FIFO or a device (/dev/null): reading it could block, writing it loses all
         raise SpecsweepError(f"the tracking store {db} is not a regular file")
-    if not os.access(db, os.R_OK):
+    if write and (not os.access(db, os.W_OK) or not os.access(db.parent, os.W_OK)):
+        raise SpecsweepError(f"the tracking store {db} is not writable")
+    if not write and not os.access(db, os.R_OK):
         raise SpecsweepError(f"the tracking store {db} is not readable")
-    if db.stat().st_size == 0 or not sqlite_head(db).startswith(b"SQLite format 3"):
-        raise SpecsweepError(f"the tracking store {db} is not an SQLite database")
-    if not MLFLOW_TABLES <= sqlite_tables(db):
+    empty = db.stat().st_size == 0
+    if (not write and empty) or (not empty and not sqlite_head(db).startswith(b"SQLite format 3")):
+        raise SpecsweepError(f"the tracking store {db} is not an SQLite database" + (" (corrupt?)" if write else ""))
+    if not write and not MLFLOW_TABLES <= sqlite_tables(db):
         raise SpecsweepError(f"the tracking store {db} is not an MLflow store (no MLflow tables): "
                              "pass the mlflow.db a sweep wrote")
+    foreign = foreign_tables(db) if write else []
+    if foreign:
+        raise SpecsweepError(f"the tracking store {db} is another application's database (tables "
+                             f"{', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}; no MLflow "
+                             "schema): refusing to add MLflow's tables to it; use a new file")
+
+
+def check_readable(uri: str) -> None:
+    """A store the analysis reads, tried before it is opened, writing nothing: its URI's form, its
+    server or database answering, or, for SQLite, a regular file holding an MLflow store (MLflow
+    would create an empty database at a missing path, or add its tables to another one)."""
+    check_reachable(uri)
+    db = sqlite_path(uri)
+    if db is not None:
+        check_sqlite_file(db, write=False)
 
 
 def is_host_local(uri: str) -> bool:

@@ -29,9 +29,8 @@ from omegaconf import DictConfig, OmegaConf
 from ..engine.errors import SpecsweepError, disk_full
 from ..paths import REPO
 from ..trial.spec import TrialSpec, tree_label
-from ..engine.locks import SETUP_WAIT_S, check_creatable, file_lock
-from .store import check_database, check_server, check_uri, foreign_tables, is_database, is_server, resolve_uri, \
-    sqlite_head, sqlite_path
+from ..engine.locks import SETUP_WAIT_S, file_lock
+from .store import check_reachable, check_sqlite_file, is_server, resolve_uri, sqlite_path
 
 log = logging.getLogger(__name__)
 # No pooled SQLite connections: a trial process forked from a worker must not inherit open
@@ -86,32 +85,14 @@ def check_store(uri: str) -> None:
     (tried) or that is not writable, one that is not a regular file or not a database, or a database
     of another application (tables, but not MLflow's); a database server that does not answer, or
     whose driver is missing (check_database)."""
-    check_uri(uri)
     if is_server(uri):
         # bounded retries: a server that goes away mid-sweep fails the trial, not hangs it
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
-        check_server(uri)
-    if is_database(uri):
-        check_database(uri)
+    check_reachable(uri)
     db = sqlite_path(uri)
     if db is not None:
-        if db.is_dir():
-            raise SpecsweepError(f"the tracking store {db} is a folder, not a database file")
-        if db.exists():
-            if not db.is_file():   # a FIFO or a device (/dev/null): reading it could block, writing it loses all
-                raise SpecsweepError(f"the tracking store {db} is not a regular file")
-            if not os.access(db, os.W_OK) or not os.access(db.parent, os.W_OK):
-                raise SpecsweepError(f"the tracking store {db} is not writable")
-            if db.stat().st_size > 0 and not sqlite_head(db).startswith(b"SQLite format 3"):
-                raise SpecsweepError(f"the tracking store {db} is not an SQLite database (corrupt?)")
-            foreign = foreign_tables(db)
-            if foreign:
-                raise SpecsweepError(f"the tracking store {db} is another application's database (tables "
-                                     f"{', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}; no MLflow "
-                                     "schema): refusing to add MLflow's tables to it; use a new file")
-        else:
-            check_creatable(db.parent, "the tracking store")
+        check_sqlite_file(db, write=True)
 
 
 def client_for(uri: str):

@@ -9,7 +9,8 @@ import socket
 import pytest
 
 from src.engine.errors import SpecsweepError
-from src.sweep.tracking import check_database, check_store
+from src.sweep.store import check_database
+from src.sweep.tracking import check_store
 
 
 @pytest.fixture
