@@ -9,7 +9,7 @@ Beside them:
     src.paths    where things live: a leaf any floor but the engine may import
     analysis     sweeps -> tables, cost models, figures; imports the engine, the trial, src.paths
                  and the store rules (src.sweep.store), nothing else of the sweep and not the CLI
-    tools        src.bench, src.cluster, src.readme_example: import anything; nothing but a tool
+    tools        src.bench, src.cluster, src.readme_example, src.export: import anything; nothing but a tool
                  imports them
 And no import cycle anywhere in src/ and analysis/.
 """
@@ -24,7 +24,7 @@ from src.paths import REPO
 
 FLOORS = ["src.engine", "src.trial", "src.sweep", "src.run"]
 ROOTS = ("src", "analysis")   # the two top packages: empty __init__ files every module passes through
-TOOLS = ("src.bench", "src.cluster", "src.readme_example")
+TOOLS = ("src.bench", "src.cluster", "src.readme_example", "src.export")
 LEAVES = ("src.paths",)
 ANALYSIS_MAY = ("src.engine", "src.trial", "src.paths", "src.sweep.store", "analysis")
 # third-party packages a floor must not import

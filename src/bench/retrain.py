@@ -29,14 +29,12 @@ from pathlib import Path
 
 import torch
 
-from .. import sweep  # noqa: F401  (its warning filter, before Hydra composes the launcher configs)
 from ..engine.atomic import file_sha256, write_bytes, write_text
-from ..engine.errors import ArgParser, SpecsweepError, refuse
+from ..engine.errors import ArgParser, refuse
 from ..engine.train import SHIPPED, get_target, recipe, shipped_recipes
-from ..paths import CONF_DIR
-from ..trial.conf import check_group_choices, one_line
 from ..trial.load import load_corpus_of
-from ..trial.spec import target_spec
+from ..trial.spec import is_folder_model, target_spec
+from .config import compose_or_refuse
 
 TOLERANCE = 0.02   # nats/char: a retrained model within this of the shipped one's validation loss reproduces it
 
@@ -87,19 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ship", action="store_true", help="write the retrained checkpoint and its recipe into --weights")
     ap.add_argument("overrides", nargs="*", help="KEY=VALUE overrides of the main config (conf/config.yaml)")
     args = ap.parse_args(argv)
-    from hydra import compose, initialize_config_dir
-    try:
-        check_group_choices(args.overrides)
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            cfg = compose("config", overrides=args.overrides)
-        spec = target_spec(cfg)
-        corpus = load_corpus_of(spec.data)
-    except SpecsweepError as e:
-        refuse(str(e))
-    except Exception as e:  # noqa: BLE001 - a config error from Hydra: one line, not a traceback
-        if type(e).__module__.split(".")[0] not in ("hydra", "omegaconf"):
-            raise
-        refuse(one_line(e))
+    _, (spec, corpus) = compose_or_refuse(args.overrides, lambda cfg: (target_spec(cfg), load_corpus_of(target_spec(cfg).data)))
+    if is_folder_model(spec.model):
+        refuse("model=hf is not trained here: nothing to retrain")
     with tempfile.TemporaryDirectory(prefix="retrain-") as tmp:
         t0 = time.perf_counter()
         target = get_target(corpus, spec.model, spec.train, spec.train_seed, tmp, progress=True, shipped=None)

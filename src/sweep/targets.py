@@ -20,7 +20,7 @@ from ..engine.locks import COPY_WAIT_S, file_lock
 from ..engine.atomic import file_sha256
 from ..engine.train import TrainedTarget
 from ..trial.load import TargetSource, cached_target, get_target_cached, target_key_and_path
-from ..trial.spec import TargetSpec
+from ..trial.spec import TargetSpec, is_folder_model
 from .context import PublishedTarget, SweepContext
 from .store import KIND_TAG, TARGET
 from .tracking import environment_tags, store_lock
@@ -83,23 +83,31 @@ def publish_target(client, experiment_id: str, uri: str, target: TrainedTarget, 
     local copy), or a new one with this checkpoint."""
     from mlflow.entities import Metric, Param, RunStatus, RunTag
     with store_lock(uri):
+        folder = is_folder_model(spec.model)   # model=hf: its folder is read where it lies, nothing is uploaded
         run = find_target_run(client, experiment_id, target.key)
         if run is not None:
             published = PublishedTarget(target.key, run.info.run_id, _published_sha(client, run))
-            _ensure_local_copy(client, published, Path(target.path))
+            if not folder:
+                _ensure_local_copy(client, published, Path(target.path))
             return published
-        sha = file_sha256(Path(target.path))
+        sha = target.sha256 if folder else file_sha256(Path(target.path))
         tags = {KIND_TAG: TARGET, "target_key": target.key, "sha256": sha, **environment_tags()}
+        if folder:
+            tags["model_path"] = str(target.path)
         rid = client.create_run(experiment_id, run_name=f"target-{target.key}", tags=tags).info.run_id
         params = {f"model.{k}": str(v) for k, v in spec.model.items()}
         params.update({f"train.{k}": str(v) for k, v in asdict(spec.train).items()})
         params.update({"train_seed": str(spec.train_seed), "corpus": str(spec.data.path or spec.data.source)})
-        client.log_batch(rid, params=[Param(k, v) for k, v in params.items()],
-                         metrics=[Metric("val_loss", target.val_loss, 0, 0),
-                                  Metric("n_params", target.model.n_params(), 0, 0)],
-                         tags=[RunTag("checkpoint_bytes", str(Path(target.path).stat().st_size))])
-        client.log_artifact(rid, str(target.path), "checkpoint")
-        client.log_artifact(rid, str(target.path) + ".sha256", "checkpoint")
+        if folder:
+            client.log_batch(rid, params=[Param(k, v) for k, v in params.items()],
+                             metrics=[Metric("n_params", target.model.n_params(), 0, 0)])
+        else:
+            client.log_batch(rid, params=[Param(k, v) for k, v in params.items()],
+                             metrics=[Metric("val_loss", target.val_loss, 0, 0),
+                                      Metric("n_params", target.model.n_params(), 0, 0)],
+                             tags=[RunTag("checkpoint_bytes", str(Path(target.path).stat().st_size))])
+            client.log_artifact(rid, str(target.path), "checkpoint")
+            client.log_artifact(rid, str(target.path) + ".sha256", "checkpoint")
         client.set_terminated(rid, RunStatus.to_string(RunStatus.FINISHED))
         log.info("published target %s as run %s (sha256 %s...)", target.key, rid, sha[:12])
         return PublishedTarget(target.key, rid, sha)
@@ -121,6 +129,8 @@ class PublishedTargets(TargetSource):
             known = ", ".join(t.key for t in self.ctx.targets) or "none"
             raise SpecsweepError(f"this host computes target {key}, the sweep's parent published {known}: "
                                  "its corpus or code differ from the parent's")
+        if is_folder_model(spec.model):   # read from its folder, which must still hold the published digest
+            return get_target_cached(corpus, spec, progress=False, train_if_missing=False, sha256=published.sha256)
         target = cached_target(path, published.sha256)
         if target is not None:
             return target

@@ -21,7 +21,7 @@ from ..engine.errors import SpecsweepError
 from ..engine.locks import check_creatable
 from ..engine.train import corpus_tokenizer, target_location, verify_checkpoint
 from .load import load_corpus_of
-from .spec import TargetSpec, TrialSpec
+from .spec import TargetSpec, TrialSpec, is_folder_model
 
 
 def check_inputs(spec: TrialSpec) -> Corpus:
@@ -30,9 +30,35 @@ def check_inputs(spec: TrialSpec) -> Corpus:
     if spec.timing.lock:
         check_creatable(spec.timing.lock_dir or Path(tempfile.gettempdir()), "the timing lock (timing.lock_dir)")
     corpus = check_corpus(spec)
+    if is_folder_model(spec.target.model):
+        check_folder_prompt(spec)
+        return corpus
     check_memory(spec, len(corpus_tokenizer(corpus).chars))
     check_cached_checkpoints(spec, corpus)
     return corpus
+
+
+def check_folder_prompt(spec: TrialSpec) -> None:
+    """A model from a folder (model=hf): its vocabulary must be at most data.max_vocab tokens (the
+    drafts that run with it keep dense rows of it), its tokenizer must encode the prompt, and
+    prompt + n_chars + k tokens must fit its context window (the spec counted chars)."""
+    from ..engine.hf_model import HFTokenizer
+    from ..engine.library import _transformers
+    folder = spec.target.model["path"]
+    try:
+        tok = HFTokenizer(_transformers().AutoTokenizer.from_pretrained(folder, local_files_only=True))
+    except Exception as e:   # noqa: BLE001
+        raise SpecsweepError(f"model.path {folder}: transformers cannot load its tokenizer "
+                             f"({str(e).splitlines()[0][:120] if str(e) else type(e).__name__})") from None
+    if tok.vocab_size > spec.target.data.max_vocab:
+        raise SpecsweepError(f"model.path {folder}: its tokenizer has {tok.vocab_size:,} tokens, more than "
+                             f"data.max_vocab = {spec.target.data.max_vocab}: draft {spec.draft.name!r} keeps dense "
+                             "rows of the vocabulary (bigram: V x V), and sparse tables are not built yet")
+    n = len(tok.encode(spec.prompt))
+    need = n + spec.n_chars + spec.k
+    if need > spec.target.model["block_size"]:
+        raise SpecsweepError(f"prompt ({n} tokens) + n_chars ({spec.n_chars}) + k ({spec.k}) = {need} tokens exceeds "
+                             f"the model's context window of {spec.target.model['block_size']}")
 
 
 def available_memory() -> int | None:
@@ -100,8 +126,11 @@ def check_corpus(spec: TrialSpec) -> Corpus:
     """The trial's corpus, once it is known to serve the trial (one-sentence refusals otherwise)."""
     data = spec.target.data
     corpus = load_corpus_of(data)
-    chars = corpus_tokenizer(corpus).chars
     where = f"corpus {data.path or data.source}"
+    if is_folder_model(spec.target.model):   # its own tokenizer, not the corpus's chars (check_folder_prompt)
+        check_splits(corpus, spec.target, where, "the target")
+        return corpus
+    chars = corpus_tokenizer(corpus).chars
     if len(chars) < 2:
         raise SpecsweepError(f"{where} has {len(chars)} distinct char(s): a model of it has nothing to predict")
     if len(chars) > data.max_vocab:

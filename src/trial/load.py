@@ -14,17 +14,19 @@ sha256, the split and the vocabulary). A file that changes is read and checked a
 """
 from __future__ import annotations
 
+import hashlib
 import inspect
 import os
 from pathlib import Path
 
 import torch
 
+from ..engine.atomic import file_sha256
 from ..engine.corpus import Corpus, load_corpus
 from ..engine.drafts.base import Draft
 from ..engine.errors import SpecsweepError
 from ..engine.train import TrainedTarget, get_target, target_location
-from .spec import DataSpec, DraftSpec, TargetSpec, draft_class
+from .spec import DataSpec, DraftSpec, TargetSpec, draft_class, is_folder_model
 
 
 def file_stamp(path: Path) -> tuple | None:
@@ -63,8 +65,52 @@ def load_corpus_of(data: DataSpec) -> Corpus:
 
 
 def target_key_and_path(corpus: Corpus, spec: TargetSpec) -> tuple[str, Path]:
-    """(cache key, checkpoint path) of the target `spec` names: no training."""
+    """(cache key, checkpoint path) of the target `spec` names: no training. A model from a folder
+    (model=hf) has the key "hf-" + its folder's digest, and the folder as its path."""
+    if is_folder_model(spec.model):
+        folder = Path(spec.model["path"])
+        return "hf-" + folder_digest(folder)[:16], folder
     return target_location(corpus, spec.model, spec.train, spec.train_seed, spec.data.cache_dir)
+
+
+_FOLDER_DIGESTS: dict[str, tuple] = {}     # folder -> (its files' stamps, digest)
+
+
+def folder_stamp(folder: Path) -> tuple:
+    """(name, size, mtime, inode) of each file in the folder: a file added, changed or replaced changes it."""
+    return tuple(sorted((p.name, file_stamp(p)) for p in folder.iterdir() if p.is_file()))
+
+
+def folder_digest(folder: Path) -> str:
+    """sha256 over the folder's files (name and sha256 of each), computed once per process while
+    the files are unchanged: what identifies a model from a folder in every trial record."""
+    stamp = folder_stamp(folder)
+    hit = _FOLDER_DIGESTS.get(str(folder))
+    if hit is not None and hit[0] == stamp:
+        return hit[1]
+    h = hashlib.sha256()
+    for name, _ in stamp:
+        h.update(f"{name}\0{file_sha256(folder / name)}\n".encode())
+    digest = h.hexdigest()
+    if folder_stamp(folder) == stamp:   # unchanged meanwhile
+        _FOLDER_DIGESTS[str(folder)] = (stamp, digest)
+    return digest
+
+
+def load_folder_target(spec: TargetSpec) -> TrainedTarget:
+    """The model from a folder (model=hf) as a TrainedTarget: key "hf-<digest>", no validation loss
+    (NaN: it was not trained here), path the folder; loaded once per process while unchanged."""
+    from ..engine.hf_model import load_checkpoint
+    folder = Path(spec.model["path"])
+    hit = _TARGETS.get(str(folder))
+    if hit is not None and hit[0] == folder_stamp(folder):
+        return hit[1]
+    stamp, digest = folder_stamp(folder), folder_digest(folder)
+    model, tokenizer = load_checkpoint(folder, spec.model.get("max_len"))
+    target = TrainedTarget(model, tokenizer, "hf-" + digest[:16], float("nan"), folder, digest)
+    if folder_stamp(folder) == stamp:
+        _TARGETS[str(folder)] = (stamp, target)
+    return target
 
 
 def cached_target(path: Path, sha256: str | None = None) -> TrainedTarget | None:
@@ -79,7 +125,14 @@ def cached_target(path: Path, sha256: str | None = None) -> TrainedTarget | None
 def get_target_cached(corpus: Corpus, spec: TargetSpec, progress: bool = True, train_if_missing: bool = True,
                       sha256: str | None = None) -> TrainedTarget:
     """The engine's `get_target` for the spec, served from this process's cache when the
-    checkpoint file is the one it loaded (and verified) before (with `sha256`: those bytes)."""
+    checkpoint file is the one it loaded (and verified) before (with `sha256`: those bytes). A model
+    from a folder is loaded from it (never trained)."""
+    if is_folder_model(spec.model):
+        target = load_folder_target(spec)
+        if sha256 is not None and target.sha256 != sha256:
+            raise SpecsweepError(f"model.path {target.path} changed since its sweep began (digest "
+                                 f"{target.sha256[:12]}..., the sweep's {sha256[:12]}...): rerun the sweep")
+        return target
     _, path = target_key_and_path(corpus, spec)
     target = cached_target(path, sha256)
     if target is None:

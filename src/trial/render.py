@@ -34,7 +34,9 @@ def trial_block(spec: TrialSpec, r: TrialResult) -> str:
         f"  verify={r.info.get('verify', 'chain')}  engine={r.info.get('engine', 'eager')}"
         + (f"  batch={spec.batch} ({spec.batch_prompts} prompts)" if spec.batch > 1 else "")
         + (f"  policy={spec.policy.name} (k is the cap)" if spec.policy.name != "fixed" else ""),
-        f"target {r.info['target_key']}: {r.info['target_params']} params, val loss {r.info['target_val_loss']:.4f} nats/char",
+        f"target {r.info['target_key']}: {r.info['target_params']} params, "
+        + (f"val loss {r.info['target_val_loss']:.4f} nats/char" if r.info['target_val_loss'] == r.info['target_val_loss']
+           else "a model from a folder (not trained here; counters are per token)"),
         f"acceptance        {m['acceptance']:.3f}  (per tested position {m['position_acceptance']:.3f}"
         + (f", analytic {m['analytic_acceptance']:.3f})" if "analytic_acceptance" in m else ")"),
         f"P(draft i kept)   {per_pos}" + ("  (tree: P(path reaches depth i))" if tree else ""),

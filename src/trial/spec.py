@@ -200,9 +200,59 @@ def data_spec(node) -> DataSpec:
 
 
 MODEL_KEYS = ("block_size", "n_layer", "n_head", "d_model", "dropout")
+FOLDER_MODEL_KEYS = ("source", "path", "max_len")   # model=hf: a transformers checkpoint from a folder
+
+
+def is_folder_model(model: dict) -> bool:
+    """A target (or draft model) spec's model is a checkpoint from a folder (model=hf), not trained here."""
+    return model.get("source") == "hf"
+
+
+def folder_model(node, where: str = "model") -> dict:
+    """model=hf: {source, path (absolute), max_len, block_size (the config's context window, capped
+    by max_len)}; the folder is checked to hold a checkpoint, its config read (no weights loaded)."""
+    from ..engine.hf_model import check_folder, context_window
+    extra = sorted(set(node) - set(FOLDER_MODEL_KEYS))
+    if extra:
+        raise SpecsweepError(f"{where}=hf has unknown keys: {', '.join(extra)} (known: {', '.join(FOLDER_MODEL_KEYS)})")
+    path = node.get("path")
+    if not isinstance(path, str) or not path:
+        raise SpecsweepError(f"{where}=hf needs {where}.path=DIR: the folder of a transformers checkpoint "
+                             "(config.json, weights, tokenizer)")
+    folder = repo_path(path)
+    check_folder(folder)
+    max_len = node.get("max_len")
+    if max_len is not None:
+        integer(f"{where}.max_len", max_len, 2)
+    window = context_window(folder)
+    if window is None and max_len is None:
+        raise SpecsweepError(f"{where}.path {folder}: its config names no context window; set {where}.max_len")
+    block = min(v for v in (window, max_len) if v is not None)
+    return {"source": "hf", "path": str(folder), "max_len": max_len, "block_size": block}
+
+
+def check_folder_target(target: "TargetSpec", draft: "DraftSpec", engine: "EngineSpec", tree, batch: int) -> None:
+    """What a model from a folder runs here: the tool's chain loop on eager, one sequence, with a
+    draft that reads only the token ids (bigram, ngram, distilled); anything else in one line."""
+    if not is_folder_model(target.model):
+        return
+    if engine.name != "eager":
+        raise SpecsweepError(f"model=hf runs on engine=eager here, not engine={engine.name}")
+    if tree is not None:
+        raise SpecsweepError("model=hf verifies chains only here: use verify=chain")
+    if batch > 1:
+        raise SpecsweepError(f"model=hf decodes one sequence at a time here: use batch=1, not batch={batch}")
+    if draft.model is not None or not getattr(draft_class(draft.cls), "folder_targets", False):
+        raise SpecsweepError(f"draft {draft.name!r} reads the tool's own model, which model=hf is not: "
+                             "use a draft over token ids (draft=bigram, ngram or distilled)")
 
 
 def model_shape(node, where: str = "model") -> dict:
+    if isinstance(node, Mapping) and node.get("source") is not None:
+        if node.get("source") != "hf":
+            raise SpecsweepError(f"{where}.source must be hf (a checkpoint from a folder) or absent, "
+                                 f"got {node.get('source')!r}")
+        return folder_model(node, where)
     m = _Reader(node, f"{where}.")
     shape = {key: m[key] for key in MODEL_KEYS}
     for key in ("block_size", "n_layer", "n_head", "d_model"):
@@ -379,6 +429,7 @@ def trial_spec(config) -> TrialSpec:
     draft = draft_spec(c.sub("draft").node, config)
     check_draft(draft, target, k, need)
     batch, batch_prompts = batch_settings(c, tree, engine, draft)
+    check_folder_target(target, draft, engine, tree, batch)
     policy = policy_spec(c.sub("policy").node, tree, batch)
     check_library(engine, draft, tree, policy)
     e = _Reader(config).sub("exactness")

@@ -29,9 +29,12 @@ def wired(monkeypatch):
     import src.bench.noise
     import src.bench.policy_ceiling
     import src.bench.harness
+    import src.bench.retrain
     import src.cluster.servers
-    for module in (src.bench.drafts, src.bench.policy_ceiling):
+    import src.export
+    for module in (src.bench.drafts, src.bench.policy_ceiling, src.export):
         monkeypatch.setattr(module, "load_target", trip)
+    monkeypatch.setattr(src.bench.retrain, "get_target", trip)
     for module in (src.bench.harness, src.bench.noise):
         monkeypatch.setattr(module, "run_sweep", trip)
     monkeypatch.setattr(src.bench.noise, "CpuHog", trip)
@@ -40,7 +43,7 @@ def wired(monkeypatch):
     monkeypatch.setattr(analysis.predict, "compose", trip)
     return {"drafts": src.bench.drafts.main, "ceiling": src.bench.policy_ceiling.main, "sweep": src.bench.harness.main,
             "noise": src.bench.noise.main, "servers": src.cluster.servers.main, "report": analysis.report.main,
-            "predict": analysis.predict.main}
+            "predict": analysis.predict.main, "export": src.export.main, "retrain": src.bench.retrain.main}
 
 
 def call(monkeypatch, wired, tool: str, args: list[str]):
@@ -48,7 +51,7 @@ def call(monkeypatch, wired, tool: str, args: list[str]):
     monkeypatch.setattr(sys, "argv", [tool, *args])
     main = wired[tool]
     try:
-        status = main(args) if tool in ("servers", "report", "predict", "noise") else main()
+        status = main(args) if tool in ("servers", "report", "predict", "noise", "export", "retrain") else main()
     except SystemExit as e:
         status = e.code
     return status
@@ -74,19 +77,28 @@ CASES = [   # (tool, args, message)
     ("report", ["--bootstrap", "-1"], "--bootstrap must be >= 0"),
     ("report", ["--nosuch"], "unrecognized arguments: --nosuch"),
     ("predict", ["--rounds", "0"], "--seqs, --every and --rounds must be >= 1"),
+    ("export", [], "the following arguments are required: folder"),
+    ("export", ["{tmp}/new", "model=nosuch"], "unknown model 'nosuch'"),
+    ("export", ["{tmp}/new", "k=[1,2"], "bad override 'k=[1,2'"),
+    ("export", ["{tmp}/used"], "is not an empty folder"),
+    ("retrain", ["model=nosuch"], "unknown model 'nosuch'"),
+    ("retrain", ["--nosuch"], "unrecognized arguments: --nosuch"),
 ]
 
 
 @pytest.mark.parametrize("tool,args,message", CASES, ids=[f"{c[0]} {' '.join(c[1])}" for c in CASES])
-def test_a_bad_argument_is_refused_before_any_work(monkeypatch, capsys, wired, tool, args, message):
-    status = call(monkeypatch, wired, tool, args)   # a Tripwire here: the tool worked before it refused
+def test_a_bad_argument_is_refused_before_any_work(monkeypatch, capsys, tmp_path, wired, tool, args, message):
+    (tmp_path / "used").mkdir()
+    (tmp_path / "used" / "config.json").write_text("{}")
+    status = call(monkeypatch, wired, tool, [a.format(tmp=tmp_path) for a in args])   # a Tripwire here: the tool worked before it refused
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert status == 2 and len(err) == 1 and err[0].startswith("error: ") and message in err[0], (status, err)
 
 
 @pytest.mark.parametrize("tool,args", [("ceiling", ["--drafts", "bigram"]), ("drafts", ["--drafts", "ngram"]),
                                        ("sweep", ["--sweep", "smoke"]), ("noise", ["--sweep", "smoke"]),
-                                       ("servers", ["status"]), ("report", []), ("predict", [])])
-def test_the_negative_control_good_arguments_reach_the_work(monkeypatch, wired, tool, args):
+                                       ("servers", ["status"]), ("report", []), ("predict", []),
+                                       ("export", ["{tmp}/new"]), ("retrain", ["model=tiny", "data=synthetic"])])
+def test_the_negative_control_good_arguments_reach_the_work(monkeypatch, tmp_path, wired, tool, args):
     with pytest.raises(Tripwire):
-        call(monkeypatch, wired, tool, args)
+        call(monkeypatch, wired, tool, [a.format(tmp=tmp_path) for a in args])

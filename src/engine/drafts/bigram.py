@@ -21,6 +21,7 @@ from .base import Draft
 class BigramDraft(Draft):
     name = "bigram"
     batched = True   # a proposal reads only the last char and its uniforms: rows draft on their own
+    folder_targets = True
 
     def __init__(self, target, train_ids: torch.Tensor, name: str | None = None, *, alpha: float):
         super().__init__(target, train_ids, name)

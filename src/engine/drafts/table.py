@@ -209,6 +209,7 @@ class TableDraft(Draft):
     table depends on besides the target and the training ids), and set `floor_mix`."""
     name = "table"
     floor_mix = 0.0         # eps of the final (1 - eps) * row + eps / V
+    folder_targets = True   # counts over token ids (ngram), or the target's forward over them (distilled)
     batched = True          # a proposal reads only the context and its uniforms (memos are keyed by
                             # context, so sequences of a batch share them safely)
 

@@ -1,0 +1,219 @@
+"""A Hugging Face causal LM from a local folder, run by the tool's own loops; and the tool's
+targets written as such folders.
+
+`load_checkpoint(path)` reads a transformers checkpoint (config, weights, tokenizer) offline and
+returns an `HFModel` and an `HFTokenizer`: the interface the tool's loops use of its own
+`Transformer` and `CharTokenizer` (src/engine/decode.py).
+
+- `HFModel(ids, input_pos)` runs the model on tokens at positions input_pos, contiguous,
+  over the architecture's own cache (transformers' `DynamicCache`): entries at input_pos[0] and
+  beyond are dropped first (`library.rewind`), so rejecting drafts is a rewind of the position, as in the
+  tool's cache written by position. Without a cache (`cache_set_aside`) it is a full forward from
+  position 0. Trees (a mask or scratch slots) and batches of several sequences are refused in
+  one line: this adapter runs chains, one sequence at a time.
+- `HFTokenizer` encodes with the checkpoint's tokenizer, no special tokens added; a text it
+  cannot encode is refused in one line. Counters the tool calls chars are then tokens.
+
+`export_checkpoint(model, tokenizer, folder)` writes the tool's `Transformer` as a GPT-2
+checkpoint (`library.to_transformers`: the same logits) with a character-level tokenizer that
+transformers loads (`AutoTokenizer`): one token per character, the tool's vocabulary in its
+order, decoded by concatenation. Loading the export gives the tool's model back: the same
+logits at every position, and the same counters for the same seed
+(tests/engine/test_hf_model.py).
+"""
+from __future__ import annotations
+
+import json
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from .errors import SpecsweepError
+from .library import _transformers, rewind, to_transformers
+from .model import Transformer
+from .tokenizer import CharTokenizer
+
+MARKER = "specsweep.json"   # written by export_checkpoint: which of the tool's targets the folder holds
+
+
+@dataclass(frozen=True)
+class HFShape:
+    """What the loops read of a model's config (Transformer's ModelConfig has the same names)."""
+    vocab_size: int
+    block_size: int   # the context window: the positions the model was built for (or model.max_len)
+
+
+class HFTokenizer:
+    """A transformers tokenizer with CharTokenizer's interface (encode to a long tensor, decode)."""
+
+    def __init__(self, tok):
+        self.tok = tok
+        vocab = tok.get_vocab()
+        self.chars = [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])]   # its tokens, in id order
+        self.vocab_size = max(vocab.values()) + 1   # ids 0..vocab_size-1 (special tokens included)
+
+    def encode(self, text: str) -> torch.Tensor:
+        try:
+            ids = self.tok(text, add_special_tokens=False)["input_ids"]
+        except Exception as e:   # noqa: BLE001 - e.g. a char-level vocabulary without the char, and no unknown token
+            raise SpecsweepError(f"the checkpoint's tokenizer cannot encode {text[:40]!r}: "
+                                 f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+        return torch.tensor(ids, dtype=torch.long)
+
+    def decode(self, ids) -> str:
+        ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
+        return self.tok.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+
+class HFModel(nn.Module):
+    """A transformers causal LM behind the interface of the tool's Transformer that the chain loops use."""
+
+    def __init__(self, hf, max_len: int | None = None):
+        super().__init__()
+        self.hf = hf.eval()
+        c = hf.config.get_text_config(decoder=True)
+        window = next((getattr(c, key) for key in WINDOW_KEYS if isinstance(getattr(c, key, None), int)), None)
+        if window is None and max_len is None:
+            raise SpecsweepError(f"{type(hf).__name__}'s config names no context window: set model.max_len")
+        block = min(v for v in (window, max_len) if v is not None)
+        self.cfg = HFShape(int(hf.get_output_embeddings().weight.shape[0]), int(block))
+        self.register_buffer("causal", torch.zeros(0, device=next(hf.parameters()).device), persistent=False)
+        self.cache = None
+
+    def n_params(self) -> int:
+        return sum(p.numel() for p in self.hf.parameters())
+
+    def setup_cache(self, batch: int = 1, extra: int = 0) -> None:
+        if batch != 1:
+            raise SpecsweepError("a model from a folder decodes one sequence at a time here (batch=1)")
+        if extra:
+            raise SpecsweepError("a model from a folder verifies chains only here (verify=chain): "
+                                 "a tree needs scratch cache slots and a tree mask")
+        self.cache = _transformers().DynamicCache(config=self.hf.config)
+
+    def drop_cache(self) -> None:
+        self.cache = None
+
+    def move_cache(self, src, dst) -> None:
+        raise SpecsweepError("a model from a folder verifies chains only here (verify=chain)")
+
+    @contextmanager
+    def cache_set_aside(self):
+        saved = self.cache
+        self.cache = None
+        try:
+            yield self
+        finally:
+            if saved is not None:
+                self.setup_cache()
+
+    def forward(self, idx: torch.Tensor, input_pos: torch.Tensor | None = None, slots: torch.Tensor | None = None,
+                mask: torch.Tensor | None = None, *, return_hidden: bool = False):
+        if mask is not None or return_hidden or (slots is not None and input_pos is not None
+                                                 and not torch.equal(slots, input_pos)):
+            raise SpecsweepError("a model from a folder runs chains on its own cache: no tree mask, scratch "
+                                 "slots or hidden state (verify=chain, a draft that does not read the target)")
+        if self.cache is None:
+            if input_pos is not None and int(input_pos[0]) != 0:
+                raise ValueError("input_pos is required to start at 0 without a cache")
+            return self.hf(input_ids=idx, use_cache=False).logits.float()
+        if input_pos is None:
+            raise ValueError("input_pos is required while a KV cache is set up")
+        start = int(input_pos[0])
+        have = self.cache.get_seq_length()
+        if start > have:
+            raise ValueError(f"a pass at position {start} over a cache of {have} tokens: positions must follow on")
+        rewind(self.cache, start)   # what was cached from `start` on is replaced
+        out = self.hf(input_ids=idx, position_ids=input_pos.view(1, -1).expand(idx.shape[0], -1),
+                      cache_position=input_pos, past_key_values=self.cache, use_cache=True)
+        return out.logits.float()
+
+
+WINDOW_KEYS = ("max_position_embeddings", "n_positions", "n_ctx", "seq_length")   # where configs keep theirs
+
+
+def context_window(path: Path) -> int | None:
+    """The context window its config.json names (its text config's, for a multimodal one); None if none."""
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError) as e:
+        raise SpecsweepError(f"model.path {path}: config.json cannot be read ({e})") from None
+    for node in (config, config.get("text_config") or {}):
+        for key in WINDOW_KEYS:
+            if isinstance(node.get(key), int) and node[key] > 0:
+                return node[key]
+    return None
+
+
+def check_folder(path: Path) -> None:
+    """A folder holding a transformers checkpoint: config.json, weights, a tokenizer (one line otherwise)."""
+    if not path.exists():
+        raise SpecsweepError(f"model.path {path} does not exist")
+    if not path.is_dir():
+        raise SpecsweepError(f"model.path {path} is not a folder: give a transformers checkpoint's folder")
+    if not (path / "config.json").is_file():
+        raise SpecsweepError(f"model.path {path} is not a transformers checkpoint (no config.json)")
+    if not any(path.glob("*.safetensors")) and not any(path.glob("*.bin")):
+        raise SpecsweepError(f"model.path {path} holds no weights (*.safetensors or *.bin)")
+    if not any((path / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "vocab.json",
+                                              "tokenizer.model")):
+        raise SpecsweepError(f"model.path {path} holds no tokenizer (tokenizer.json or tokenizer_config.json)")
+
+
+def load_checkpoint(path: str | Path, max_len: int | None = None, device: str = "cpu") -> tuple[HFModel, HFTokenizer]:
+    """(HFModel, HFTokenizer) of the checkpoint in `path`, read offline, float32, eval mode."""
+    path = Path(path)
+    check_folder(path)
+    t = _transformers()
+    t.utils.logging.disable_progress_bar()   # its weight-loading bar says nothing a trial's log needs
+    try:
+        config = t.AutoConfig.from_pretrained(path, local_files_only=True)
+    except Exception as e:   # noqa: BLE001 - an unreadable or unknown config
+        raise SpecsweepError(f"model.path {path}: transformers cannot read its config ({str(e).splitlines()[0]})") \
+            from None
+    try:
+        hf = t.AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch.float32)
+    except ValueError as e:
+        raise SpecsweepError(f"model.path {path}: architecture {config.model_type!r} is not a causal LM "
+                             f"transformers can load ({str(e).splitlines()[0][:120]})") from None
+    try:
+        tok = t.AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except Exception as e:   # noqa: BLE001
+        raise SpecsweepError(f"model.path {path}: transformers cannot load its tokenizer "
+                             f"({str(e).splitlines()[0][:120]})") from None
+    model = HFModel(hf.to(device), max_len)
+    tokenizer = HFTokenizer(tok)
+    if tokenizer.vocab_size > model.cfg.vocab_size:
+        raise SpecsweepError(f"model.path {path}: the tokenizer's ids go up to {tokenizer.vocab_size - 1}, the model's "
+                             f"output has {model.cfg.vocab_size} rows")
+    return model, tokenizer
+
+
+def char_tokenizer(chars: list[str]):
+    """A transformers tokenizer of one token per character (ids in `chars`' order), decoded by
+    concatenation, with no special tokens: a text with another character cannot be encoded."""
+    t = _transformers()
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    tok = Tokenizer(models.WordLevel(vocab={c: i for i, c in enumerate(chars)}, unk_token=None))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    return t.PreTrainedTokenizerFast(tokenizer_object=tok, clean_up_tokenization_spaces=False)
+
+
+def export_checkpoint(model: Transformer, tokenizer: CharTokenizer, folder: str | Path, source: dict | None = None) -> Path:
+    """Write the tool's model as a transformers GPT-2 checkpoint with a char-level tokenizer in
+    `folder` (created; an existing non-empty folder is refused). `source` (e.g. the target's cache
+    key) goes into the folder's specsweep.json."""
+    folder = Path(folder)
+    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+        raise SpecsweepError(f"{folder} exists and is not an empty folder: export into a new one")
+    hf = to_transformers(model).cpu()
+    hf.generation_config = _transformers().GenerationConfig()   # transformers' defaults: no special tokens
+    folder.mkdir(parents=True, exist_ok=True)
+    hf.save_pretrained(folder)
+    char_tokenizer(tokenizer.chars).save_pretrained(folder)
+    (folder / MARKER).write_text(json.dumps({"exported_by": "specsweep", **(source or {})}, indent=1) + "\n")
+    return folder

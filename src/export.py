@@ -1,0 +1,43 @@
+"""Write one of the tool's targets as a transformers checkpoint: `make export ARGS="DIR [overrides]"`.
+
+    python -m src.export exports/default                         # the default target (shipped: seconds)
+    python -m src.export exports/tiny model=tiny train=quick data=synthetic
+
+The target of the config (trained first if this host has not, like any trial's) is written into
+DIR, a new or empty folder: GPT-2 weights computing the same logits, a character-level tokenizer
+transformers loads (`AutoTokenizer.from_pretrained(DIR)`), and specsweep.json naming the target's
+cache key. `python -m src.run model=hf model.path=DIR ...` then runs it as a model from a folder,
+with the same counters as the built-in model for the same seed (tests/engine/test_hf_model.py).
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from .bench.config import compose_or_refuse, refusing
+from .engine.errors import ArgParser, refuse
+from .engine.hf_model import export_checkpoint
+from .trial.load import load_target
+from .trial.spec import is_folder_model, repo_path, target_spec
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = ArgParser(prog="python -m src.export", description=__doc__.splitlines()[0])
+    ap.add_argument("folder", help="a new or empty folder for the checkpoint")
+    ap.add_argument("overrides", nargs="*", help="KEY=VALUE overrides of the main config (which target)")
+    args = ap.parse_args(argv)
+    folder = repo_path(args.folder)
+    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+        refuse(f"{folder} exists and is not an empty folder: export into a new one")
+    _, spec = compose_or_refuse(args.overrides, target_spec)
+    if is_folder_model(spec.model):
+        refuse("model=hf is a checkpoint already: export the tool's own targets (model=small, tiny, medium)")
+    _, target = refusing(load_target, spec)
+    export_checkpoint(target.model, target.tokenizer, folder, {"target_key": target.key, "val_loss": target.val_loss})
+    print(f"exported target {target.key} ({target.model.n_params()} params, {target.tokenizer.vocab_size} chars) "
+          f"to {folder}\nrun it: python -m src.run model=hf model.path={Path(args.folder)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

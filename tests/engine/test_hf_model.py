@@ -1,0 +1,214 @@
+"""Models from a folder (src/engine/hf_model.py): the tool's target exported as a transformers
+checkpoint loads back with the same logits and the same counters; tiny GPT-2, Llama and Qwen2
+checkpoints with random weights, made here (no hub), run the tool's chain loop exactly.
+
+Exactness per position: the chars the loop emits on each architecture, position by position
+given the emitted prefix, against the model's exact distribution (a chi-square test per
+position at p < ALPHA = 1e-4; 3 architectures x 6 positions: a correct loop fails with
+probability < 0.2%). The negative control is an adapter that does not rewind its cache after a
+rejection: the same test must reject it at p < 1e-6, and its cached passes differ from the
+full forward.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from src.engine.decode import generate_baseline, generate_speculative
+from src.engine.drafts import BigramDraft
+from src.engine.errors import SpecsweepError
+from src.engine.hf_model import MARKER, HFModel, char_tokenizer, export_checkpoint, load_checkpoint
+from src.engine.library import _transformers
+from tests.chisquare import varying_multinomial_test
+
+ALPHA = 1e-4
+ARCHS = ("gpt2", "llama", "qwen2")
+
+
+def tiny_config(arch: str, vocab: int):
+    """A 2-layer config of `arch` with weights drawn wide (initializer_range 0.5): distributions
+    peaked and context-dependent, so a loop that attends to the wrong cache entries shows."""
+    t = _transformers()
+    common = dict(vocab_size=vocab, bos_token_id=None, eos_token_id=None, pad_token_id=None,
+                  initializer_range=0.5, tie_word_embeddings=False)
+    if arch == "gpt2":
+        return t.GPT2Config(n_embd=32, n_layer=2, n_head=4, n_positions=96, **common)
+    if arch == "llama":
+        return t.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                             num_key_value_heads=2, max_position_embeddings=96, **common)
+    return t.Qwen2Config(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, max_position_embeddings=96, **common)
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tiny, tmp_path_factory):
+    """arch -> folder of a random-weight checkpoint with the tiny target's char tokenizer, and one
+    output row more: room for a special token the architecture's tokenizer class adds (Qwen2's
+    adds <|endoftext|>), as real checkpoints have rows beyond their tokenizer's."""
+    _, _, target = tiny
+    t = _transformers()
+    out = {}
+    for arch in ARCHS:
+        folder = tmp_path_factory.mktemp(arch)
+        torch.manual_seed(0)
+        t.AutoModelForCausalLM.from_config(tiny_config(arch, target.tokenizer.vocab_size + 1)).save_pretrained(folder)
+        char_tokenizer(target.tokenizer.chars).save_pretrained(folder)
+        out[arch] = folder
+    return out
+
+
+@pytest.fixture(scope="module")
+def exported(tiny, tmp_path_factory):
+    _, _, target = tiny
+    return export_checkpoint(target.model, target.tokenizer, tmp_path_factory.mktemp("export") / "tiny",
+                             {"target_key": target.key})
+
+
+def bigram(tiny, model):
+    cfg, corpus, target = tiny
+    return BigramDraft(model, target.tokenizer.encode(corpus.split(0.1)[0]), alpha=0.5)
+
+
+class NoRewind(HFModel):
+    """NEGATIVE CONTROL: never drops cached entries, so a pass after a rejection sees stale keys."""
+
+    def setup_cache(self, batch: int = 1, extra: int = 0) -> None:
+        super().setup_cache(batch, extra)
+        self.cache.crop = lambda n: None
+
+
+def cached_vs_full(model, ids: list[int]) -> float:
+    """Largest |logit difference| between the cached passes of a loop that rewinds (widths 3, a
+    rejection back by 2, then on) and one full forward over the ids those passes saw."""
+    P = 8
+    model.setup_cache()
+    pos = torch.arange(len(ids))
+    with torch.no_grad():
+        model(torch.tensor([ids[:P]]), pos[:P])
+        model(torch.tensor([[9, 9, 9]]), pos[P:P + 3])                      # drafts that get rejected
+        got = model(torch.tensor([ids[P:P + 4]]), pos[P:P + 4])            # the rewind: position P again
+        with model.cache_set_aside():
+            want = model(torch.tensor([ids[:P + 4]]))[:, P:]
+    return (got - want).abs().max().item()
+
+
+def test_an_export_loads_back_with_the_same_tokenizer_and_logits(tiny, exported):
+    cfg, corpus, target = tiny
+    model, tok = load_checkpoint(exported)
+    text = corpus.text[:500]
+    assert tok.encode(text).tolist() == target.tokenizer.encode(text).tolist() and tok.decode(tok.encode(text)) == text
+    assert tok.chars == target.tokenizer.chars and model.cfg.vocab_size == target.model.cfg.vocab_size
+    assert model.cfg.block_size == target.model.cfg.block_size
+    assert json.loads((exported / MARKER).read_text())["target_key"] == target.key
+    ids = target.tokenizer.encode(text[:64]).unsqueeze(0)
+    with torch.no_grad(), target.model.cache_set_aside():
+        assert (model(ids) - target.model(ids)).abs().max().item() < 1e-4
+    assert cached_vs_full(model, ids[0].tolist()) < 1e-4
+    with pytest.raises(SpecsweepError, match="cannot encode"):
+        tok.encode("the cat \u2603")                                        # a char outside the vocabulary
+
+
+def test_the_export_reproduces_the_tool_models_counters_for_the_same_seed(tiny, exported):
+    cfg, _, target = tiny
+    model, _ = load_checkpoint(exported)
+    prompt = target.tokenizer.encode(cfg.prompt)
+    for k in (1, 4):
+        for temperature in (1.0, 0.0):
+            runs = [generate_speculative(m, bigram(tiny, m), prompt, 60, k, temperature,
+                                         torch.Generator().manual_seed(5)) for m in (target.model, model)]
+            mine, theirs = runs
+            assert (mine.tokens, mine.target_passes, mine.chars_emitted, mine.passes_log) == \
+                (theirs.tokens, theirs.target_passes, theirs.chars_emitted, theirs.passes_log), (k, temperature)
+    base = [generate_baseline(m, prompt, 60, 1.0, torch.Generator().manual_seed(5)).tokens for m in (target.model, model)]
+    assert base[0] == base[1]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_cached_passes_with_rewinds_equal_the_full_forward(tiny, checkpoints, arch):
+    _, corpus, target = tiny
+    ids = target.tokenizer.encode(corpus.text[:40]).tolist()
+    model, _ = load_checkpoint(checkpoints[arch])
+    assert cached_vs_full(model, ids) < 1e-4
+    broken = NoRewind(model.hf)                                             # negative control
+    assert cached_vs_full(broken, ids) > 1e-2
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_greedy_speculative_equals_greedy_decoding(tiny, checkpoints, arch):
+    cfg, _, target = tiny
+    model, tok = load_checkpoint(checkpoints[arch])
+    prompt = tok.encode(cfg.prompt)
+    base = generate_baseline(model, prompt, 40, 0.0, torch.Generator().manual_seed(0)).tokens
+    for k in (1, 3):
+        assert generate_speculative(model, bigram(tiny, model), prompt, 40, k, 0.0,
+                                    torch.Generator().manual_seed(0)).tokens == base, k
+
+
+def loop_law(model, draft, prompt: list[int], k: int, n_chars: int, runs: int) -> list[tuple[int, float]]:
+    """(position, p-value) of the loop's emitted chars against the model's exact law given each prefix."""
+    seqs = [generate_speculative(model, draft, prompt, n_chars, k, 1.0, torch.Generator().manual_seed(s),
+                                 track_overlap=False).tokens for s in range(runs)]
+    chars = torch.tensor(seqs)
+    P = len(prompt)
+    with torch.no_grad(), model.cache_set_aside():
+        p = torch.softmax(model(torch.cat([torch.tensor([prompt] * runs), chars], 1)), -1)[:, P - 1:P - 1 + n_chars]
+    return [(m + 1, varying_multinomial_test(chars[:, m], p[:, m])[2]) for m in range(n_chars)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ARCHS)
+def test_the_loop_keeps_the_models_law_at_every_position(tiny, checkpoints, arch):
+    cfg, _, target = tiny
+    model, tok = load_checkpoint(checkpoints[arch])
+    prompt = tok.encode(cfg.prompt).tolist()
+    for m, pv in loop_law(model, bigram(tiny, model), prompt, 2, 6, 600):
+        assert pv > ALPHA, f"{arch}: position {m} p = {pv:.2e}"
+
+
+@pytest.mark.slow
+def test_the_law_test_catches_a_cache_that_is_not_rewound(tiny, checkpoints):
+    cfg, _, target = tiny
+    model, tok = load_checkpoint(checkpoints["llama"])
+    broken = NoRewind(model.hf)
+    results = loop_law(broken, bigram(tiny, broken), tok.encode(cfg.prompt).tolist(), 2, 6, 600)
+    assert min(pv for _, pv in results) < 1e-6, results
+
+
+def test_trees_and_batches_are_refused_in_one_line(checkpoints):
+    model, _ = load_checkpoint(checkpoints["gpt2"])
+    with pytest.raises(SpecsweepError, match="chains only"):
+        model.setup_cache(1, extra=4)
+    with pytest.raises(SpecsweepError, match="one sequence at a time"):
+        model.setup_cache(4)
+
+
+def test_folders_that_are_not_checkpoints_are_refused(tmp_path, checkpoints):
+    cases = {"missing": tmp_path / "nosuch", "a file": tmp_path / "file.txt", "empty": tmp_path / "empty"}
+    cases["a file"].write_text("x")
+    cases["empty"].mkdir()
+    messages = {"missing": "does not exist", "a file": "is not a folder", "empty": "no config.json"}
+    for name, path in cases.items():
+        with pytest.raises(SpecsweepError, match=messages[name]):
+            load_checkpoint(path)
+    no_tok = tmp_path / "no_tokenizer"
+    no_tok.mkdir()
+    for f in checkpoints["gpt2"].iterdir():
+        if f.name in ("config.json", "model.safetensors"):
+            (no_tok / f.name).write_bytes(f.read_bytes())
+    with pytest.raises(SpecsweepError, match="no tokenizer"):
+        load_checkpoint(no_tok)
+    seq2seq = tmp_path / "t5"                                               # an architecture that is not a causal LM
+    seq2seq.mkdir()
+    _transformers().T5Config(vocab_size=32, d_model=16, num_layers=1, num_heads=2, d_ff=32).save_pretrained(seq2seq)
+    (seq2seq / "model.safetensors").write_bytes(b"")
+    (seq2seq / "tokenizer.json").write_text("{}")
+    with pytest.raises(SpecsweepError, match="not a causal LM"):
+        load_checkpoint(seq2seq)
+
+
+def test_an_export_refuses_a_folder_in_use(tiny, exported):
+    _, _, target = tiny
+    with pytest.raises(SpecsweepError, match="not an empty folder"):
+        export_checkpoint(target.model, target.tokenizer, exported)

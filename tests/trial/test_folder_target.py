@@ -1,0 +1,97 @@
+"""model=hf model.path=DIR: a trial on a model from a folder. The tool's target exported with
+`python -m src.export` reproduces the built-in model's trial counters for the same seed, and
+what the adapter cannot run, or a folder that is not a checkpoint, is refused in one line
+before any work."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from src.engine.errors import SpecsweepError
+from src.engine.hf_model import load_checkpoint
+from src.export import main as export_main
+from src.trial.spec import trial_spec
+from src.trial.trial import run_trial
+from tests.conftest import REPO, compose_cfg
+
+COUNTERS = ["acceptance", "position_acceptance", "chars_per_pass", "target_passes", "draft_calls", "proposed",
+            "accepted", "acceptance_pos_1", "acceptance_pos_2"]   # counts and their ratios: exactly equal
+# sum_x min(p, q) over the tested positions, from probabilities whose logits agree to ~1e-7 (GPT-2's
+# kernels add in another order): equal to float precision
+ANALYTIC = "analytic_acceptance"
+
+
+@pytest.fixture(scope="module")
+def export_dir(tiny, tmp_path_factory):
+    cfg, _, target = tiny
+    folder = tmp_path_factory.mktemp("exports") / "tiny"
+    assert export_main([str(folder), "model=tiny", "train=quick", f"data.path={cfg.data.path}",
+                        f"data.cache_dir={cfg.data.cache_dir}"]) == 0
+    return folder
+
+
+def folder_cfg(tiny, folder, *overrides):
+    cfg, _, _ = tiny
+    return compose_cfg(cfg.data.path, cfg.data.cache_dir, "model=hf", f"model.path={folder}", *overrides)
+
+
+@pytest.mark.parametrize("draft,k", [("bigram", 2), ("ngram", 4)])
+def test_an_exported_target_gives_the_built_in_models_counters(tiny, export_dir, draft, k):
+    cfg, _, target = tiny
+    built_in = run_trial(trial_spec(compose_cfg(cfg.data.path, cfg.data.cache_dir, f"draft={draft}", f"k={k}")),
+                         progress=False)
+    spec = trial_spec(folder_cfg(tiny, export_dir, f"draft={draft}", f"k={k}"))
+    folder = run_trial(spec, progress=False)
+    assert {c: folder.metrics[c] for c in COUNTERS} == {c: built_in.metrics[c] for c in COUNTERS}
+    assert folder.metrics[ANALYTIC] == pytest.approx(built_in.metrics[ANALYTIC], rel=1e-6)
+    assert folder.text == built_in.text
+    # GPT-2 has biases (zero in the export) where the tool's model has none: its own count
+    assert folder.info["target_key"].startswith("hf-") and folder.info["target_params"] == \
+        load_checkpoint(export_dir)[0].n_params() > target.model.n_params()
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (["engine=compiled"], "model=hf runs on engine=eager here"),
+    (["verify=tree", "verify.widths=[2,1]", "k=2"], "verifies chains only"),
+    (["draft=bigram", "batch=4"], "one sequence at a time"),
+    (["draft=int8"], "reads the tool's own model"),
+    (["model.max_len=1"], "model.max_len must be an integer >= 2"),
+    (["+model.n_layer=2"], "model=hf has unknown keys: n_layer"),
+])
+def test_what_the_adapter_cannot_run_is_refused_by_the_spec(tiny, export_dir, overrides, message):
+    with pytest.raises(SpecsweepError, match=message.replace("[", r"\[").replace("(", r"\(")):
+        trial_spec(folder_cfg(tiny, export_dir, *overrides))
+
+
+def test_a_missing_path_or_a_folder_that_is_no_checkpoint_is_refused(tiny, tmp_path):
+    cfg, _, _ = tiny
+    with pytest.raises(SpecsweepError, match="needs model.path=DIR"):
+        trial_spec(compose_cfg(cfg.data.path, cfg.data.cache_dir, "model=hf"))
+    with pytest.raises(SpecsweepError, match="no config.json"):
+        trial_spec(folder_cfg(tiny, tmp_path))
+
+
+def test_the_command_line_refuses_bad_folder_input_in_one_line_before_any_work(tiny, export_dir, tmp_path):
+    cfg, _, _ = tiny
+    store = tmp_path / "store"
+    base = [sys.executable, "-m", "src.run", "model=hf", f"data.path={cfg.data.path}", f"data.cache_dir={tmp_path}/cache",
+            f"tracking.uri=sqlite:///{store}/mlflow.db", f"hydra.run.dir={tmp_path}/run", "n_chars=32", "draft=bigram"]
+    cases = [([f"model.path={tmp_path}/nosuch"], "does not exist"),
+             ([f"model.path={export_dir}", "prompt='the cat \u2603'"], "cannot encode")]
+    for extra, message in cases:
+        proc = subprocess.run(base + extra, cwd=REPO, capture_output=True, text=True, timeout=300)
+        lines = [line for line in proc.stderr.splitlines() if line.strip()]
+        assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], \
+            proc.stderr[-2000:]
+        assert not store.exists()                                           # nothing written
+
+
+def test_export_refuses_a_folder_in_use_and_a_model_from_a_folder(tiny, export_dir, capsys):
+    for args, message in (([str(export_dir)], "is not an empty folder"),
+                          ([str(export_dir.parent / "again"), "model=hf", f"model.path={export_dir}"],
+                           "is a checkpoint already")):
+        with pytest.raises(SystemExit) as e:
+            export_main(args)
+        assert e.value.code == 2 and message in capsys.readouterr().err
