@@ -95,3 +95,33 @@ def test_export_refuses_a_folder_in_use_and_a_model_from_a_folder(tiny, export_d
         with pytest.raises(SystemExit) as e:
             export_main(args)
         assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_sweep_over_a_tiny_llama_from_a_folder(tiny, tmp_path):
+    """The smoke sweep of a model from a folder: a random-weight Llama made here, two drafts x two k
+    on joblib workers; the parent publishes the folder's digest (nothing uploaded), each worker
+    reads the folder, and every trial records its key."""
+    from src.engine.hf_model import char_tokenizer
+    from src.engine.library import _transformers
+    from tests.conftest import runs_of
+    from tests.engine.test_hf_model import tiny_config
+    cfg, _, target = tiny
+    folder = tmp_path / "llama"
+    _transformers().AutoModelForCausalLM.from_config(tiny_config("llama", target.tokenizer.vocab_size)).save_pretrained(folder)
+    char_tokenizer(target.tokenizer.chars).save_pretrained(folder)
+    uri = f"sqlite:///{tmp_path}/store/mlflow.db"
+    proc = subprocess.run([sys.executable, "-m", "src.run", "-m", "model=hf", f"model.path={folder}",
+                           "draft=bigram,ngram", "k=1,2", "n_chars=24", "timing.pairs=1", "timing.cost_reps=2",
+                           "timing.cost_width=null", f"data.path={cfg.data.path}", f"data.cache_dir={tmp_path}/cache",
+                           "prompt='the cat '", f"tracking.uri={uri}", f"hydra.sweep.dir={tmp_path}/sweep"],
+                          cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    _, runs = runs_of(uri)
+    trials = [r for r in runs if r.data.tags.get("specsweep.kind") == "trial"]
+    targets = [r for r in runs if r.data.tags.get("specsweep.kind") == "target"]
+    assert len(trials) == 4 and all(r.info.status == "FINISHED" for r in trials)
+    assert len(targets) == 1 and targets[0].data.tags["model_path"] == str(folder)
+    key = targets[0].data.tags["target_key"]
+    assert key.startswith("hf-") and {r.data.tags["target_key"] for r in trials} == {key}
+    assert not (tmp_path / "cache" / "models").exists()                    # nothing trained, nothing copied
