@@ -8,7 +8,7 @@ TEST_WORKERS ?= auto   # pytest-xdist workers for make test / test-fast (auto: o
 TORCH_INDEX ?=         # a wheel index for torch alone, e.g. PyTorch's CPU-only index (empty: pip's configured index)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run sweep ui analyze predict test test-fast readme-example bench bench-sweep bench-noise bench-drafts bench-ceiling retrain-default export clean-outputs
+.PHONY: help setup run sweep ui analyze predict test test-fast readme-example bench bench-sweep bench-noise bench-drafts bench-ceiling bench-folder retrain-default export clean-outputs
 .PHONY: setup-cluster tracking-server tracking-server-stop ray-up ray-down
 
 help: ## list the targets
@@ -70,6 +70,9 @@ bench-ceiling: $(VENV)/.installed ## what any draft-length policy could gain ove
 
 export: $(VENV)/.installed ## write a target as a transformers checkpoint (ARGS="DIR [overrides]"), then: python -m src.run model=hf model.path=DIR
 	$(PY) -m src.export $(ARGS)
+
+bench-folder: $(VENV)/.installed ## a GPT-2-small-shaped model from a folder and a 2-layer draft: load time, memory, pass and verify costs (ARGS="--layers 6")
+	$(PY) -m src.bench.folder_model $(ARGS)
 
 retrain-default: $(VENV)/.installed ## retrain the shipped default target (src/engine/weights/) and compare: 10-25 min on 2 cores (ARGS=--ship: replace it)
 	$(PY) -m src.bench.retrain $(ARGS)

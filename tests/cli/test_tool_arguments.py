@@ -29,12 +29,14 @@ def wired(monkeypatch):
     import src.bench.noise
     import src.bench.policy_ceiling
     import src.bench.harness
+    import src.bench.folder_model
     import src.bench.retrain
     import src.cluster.servers
     import src.export
     for module in (src.bench.drafts, src.bench.policy_ceiling, src.export):
         monkeypatch.setattr(module, "load_target", trip)
     monkeypatch.setattr(src.bench.retrain, "get_target", trip)
+    monkeypatch.setattr(src.bench.folder_model, "write_model", trip)
     for module in (src.bench.harness, src.bench.noise):
         monkeypatch.setattr(module, "run_sweep", trip)
     monkeypatch.setattr(src.bench.noise, "CpuHog", trip)
@@ -43,7 +45,8 @@ def wired(monkeypatch):
     monkeypatch.setattr(analysis.predict, "compose", trip)
     return {"drafts": src.bench.drafts.main, "ceiling": src.bench.policy_ceiling.main, "sweep": src.bench.harness.main,
             "noise": src.bench.noise.main, "servers": src.cluster.servers.main, "report": analysis.report.main,
-            "predict": analysis.predict.main, "export": src.export.main, "retrain": src.bench.retrain.main}
+            "predict": analysis.predict.main, "export": src.export.main, "retrain": src.bench.retrain.main,
+            "folder": src.bench.folder_model.main}
 
 
 def call(monkeypatch, wired, tool: str, args: list[str]):
@@ -51,7 +54,7 @@ def call(monkeypatch, wired, tool: str, args: list[str]):
     monkeypatch.setattr(sys, "argv", [tool, *args])
     main = wired[tool]
     try:
-        status = main(args) if tool in ("servers", "report", "predict", "noise", "export", "retrain") else main()
+        status = main(args) if tool in ("servers", "report", "predict", "noise", "export", "retrain", "folder") else main()
     except SystemExit as e:
         status = e.code
     return status
@@ -83,6 +86,8 @@ CASES = [   # (tool, args, message)
     ("export", ["{tmp}/used"], "is not an empty folder"),
     ("retrain", ["model=nosuch"], "unknown model 'nosuch'"),
     ("retrain", ["--nosuch"], "unrecognized arguments: --nosuch"),
+    ("folder", ["--width", "100", "--heads", "12"], "must be a multiple of --heads"),
+    ("folder", ["--context", "2000"], "exceeds --positions 1024"),
 ]
 
 
@@ -98,7 +103,8 @@ def test_a_bad_argument_is_refused_before_any_work(monkeypatch, capsys, tmp_path
 @pytest.mark.parametrize("tool,args", [("ceiling", ["--drafts", "bigram"]), ("drafts", ["--drafts", "ngram"]),
                                        ("sweep", ["--sweep", "smoke"]), ("noise", ["--sweep", "smoke"]),
                                        ("servers", ["status"]), ("report", []), ("predict", []),
-                                       ("export", ["{tmp}/new"]), ("retrain", ["model=tiny", "data=synthetic"])])
+                                       ("export", ["{tmp}/new"]), ("retrain", ["model=tiny", "data=synthetic"]),
+                                       ("folder", [])])
 def test_the_negative_control_good_arguments_reach_the_work(monkeypatch, tmp_path, wired, tool, args):
     with pytest.raises(Tripwire):
         call(monkeypatch, wired, tool, [a.format(tmp=tmp_path) for a in args])
