@@ -88,13 +88,32 @@ DRAFT_TEST_OVERRIDES = {"heads": ["draft.steps=150", "draft.rows=256", "draft.po
 
 
 @pytest.fixture(scope="session")
-def drafts(tiny):
+def folder_draft_model(tiny, tmp_path_factory) -> Path:
+    """A draft model from a folder for the tiny target (draft=hf_model): a 1-layer GPT-2 with random
+    weights, the tiny target's vocabulary and context window, and its char tokenizer."""
+    from src.engine.hf_model import char_tokenizer
+    from src.engine.library import _transformers
+    _, _, target = tiny
+    t = _transformers()
+    folder = tmp_path_factory.mktemp("folder_draft")
+    torch.manual_seed(0)
+    config = t.GPT2Config(vocab_size=target.tokenizer.vocab_size, n_positions=target.model.cfg.block_size, n_embd=32,
+                          n_layer=1, n_head=2, initializer_range=0.2, bos_token_id=None, eos_token_id=None)
+    t.GPT2LMHeadModel(config).save_pretrained(folder)
+    char_tokenizer(target.tokenizer.chars).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def drafts(tiny, folder_draft_model):
     """name -> draft, for every draft config shipped in conf/draft/ that runs in the tool's loop (a draft of
-    transformers' loop only, prompt_lookup, is tested in tests/engine/test_library.py)."""
+    transformers' loop only, prompt_lookup, is tested in tests/engine/test_library.py); hf_model's
+    model is `folder_draft_model`."""
     cfg, corpus, target = tiny
     out = {}
+    overrides = {**DRAFT_TEST_OVERRIDES, "hf_model": [f"draft.model.path={folder_draft_model}"]}
     for name in sorted(p.stem for p in (Path(CONF_DIR) / "draft").glob("*.yaml") if not library_only(p.stem)):
-        dcfg = compose_cfg(cfg.data.path, cfg.data.cache_dir, f"draft={name}", *DRAFT_TEST_OVERRIDES.get(name, []))
+        dcfg = compose_cfg(cfg.data.path, cfg.data.cache_dir, f"draft={name}", *overrides.get(name, []))
         out[name] = draft_for(dcfg, target, corpus)
     return out
 

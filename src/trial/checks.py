@@ -30,12 +30,35 @@ def check_inputs(spec: TrialSpec) -> Corpus:
     if spec.timing.lock:
         check_creatable(spec.timing.lock_dir or Path(tempfile.gettempdir()), "the timing lock (timing.lock_dir)")
     corpus = check_corpus(spec)
+    if spec.draft.model is not None and is_folder_model(spec.draft.model.model):
+        check_folder_draft(spec, corpus)
     if is_folder_model(spec.target.model):
         check_folder_prompt(spec)
         return corpus
     check_memory(spec, len(corpus_tokenizer(corpus).chars))
     check_cached_checkpoints(spec, corpus)
     return corpus
+
+
+def folder_tokens(folder: str) -> list[str]:
+    """The tokens of a folder model's tokenizer, in id order (one-line refusal if it does not load)."""
+    from ..engine.hf_model import HFTokenizer
+    from ..engine.library import _transformers
+    try:
+        return HFTokenizer(_transformers().AutoTokenizer.from_pretrained(folder, local_files_only=True)).chars
+    except Exception as e:   # noqa: BLE001
+        raise SpecsweepError(f"model.path {folder}: transformers cannot load its tokenizer "
+                             f"({str(e).splitlines()[0][:120] if str(e) else type(e).__name__})") from None
+
+
+def check_folder_draft(spec: TrialSpec, corpus: Corpus) -> None:
+    """A draft model from a folder must have the target's tokenizer: the same tokens in the same order."""
+    mine = folder_tokens(spec.draft.model.model["path"])
+    theirs = (folder_tokens(spec.target.model["path"]) if is_folder_model(spec.target.model)
+              else corpus_tokenizer(corpus).chars)
+    if mine != theirs:
+        raise SpecsweepError(f"draft {spec.draft.name!r}: its tokenizer ({len(mine):,} tokens) is not the target's "
+                             f"({len(theirs):,} tokens): a draft must propose the target's tokens")
 
 
 def check_folder_prompt(spec: TrialSpec) -> None:
@@ -110,7 +133,7 @@ def check_cached_checkpoints(spec: TrialSpec, corpus: Corpus) -> None:
     checksum is refused now, before the store is touched, not when the trial loads it. A missing
     one is fine: it will be trained. Each file is hashed once per process while it is unchanged."""
     for target in (spec.target, spec.draft.model):
-        if target is None:
+        if target is None or is_folder_model(target.model):   # a folder is read where it lies, never cached
             continue
         _, path = target_location(corpus, target.model, target.train, target.train_seed, target.data.cache_dir)
         try:

@@ -188,8 +188,9 @@ def load_draft_model(draft: DraftSpec, target: TrainedTarget, corpus: Corpus, so
         raise SpecsweepError(f"draft {draft.name!r} is the target {target.key} itself: "
                              "use a larger target (model=medium) or another draft model (model@draft.model=NAME)")
     if small.tokenizer.chars != target.tokenizer.chars:
-        raise SpecsweepError(f"draft model {small.key} has another vocabulary ({small.tokenizer.vocab_size} chars) than "
-                             f"the target {target.key} ({target.tokenizer.vocab_size}): train both on the same corpus")
+        raise SpecsweepError(f"draft model {small.key} has another vocabulary ({small.tokenizer.vocab_size} tokens) than "
+                             f"the target {target.key} ({target.tokenizer.vocab_size}): train both on the same corpus, "
+                             "or give a checkpoint with the target's tokenizer")
     return small
 
 

@@ -233,7 +233,12 @@ def folder_model(node, where: str = "model") -> dict:
 
 def check_folder_target(target: "TargetSpec", draft: "DraftSpec", engine: "EngineSpec", tree, batch: int) -> None:
     """What a model from a folder runs here: the tool's chain loop on eager, one sequence, with a
-    draft that reads only the token ids (bigram, ngram, distilled); anything else in one line."""
+    draft that reads only the token ids (bigram, ngram, distilled) or a draft model from a folder
+    (draft=hf_model); a draft model from a folder also runs on eager only. Anything else in one line."""
+    folder_draft = draft.model is not None and is_folder_model(draft.model.model)
+    if folder_draft and engine.name != "eager":
+        raise SpecsweepError(f"draft {draft.name!r}: a draft model from a folder runs on engine=eager here, "
+                             f"not engine={engine.name}")
     if not is_folder_model(target.model):
         return
     if engine.name != "eager":
@@ -242,9 +247,10 @@ def check_folder_target(target: "TargetSpec", draft: "DraftSpec", engine: "Engin
         raise SpecsweepError("model=hf verifies chains only here: use verify=chain")
     if batch > 1:
         raise SpecsweepError(f"model=hf decodes one sequence at a time here: use batch=1, not batch={batch}")
-    if draft.model is not None or not getattr(draft_class(draft.cls), "folder_targets", False):
+    if not folder_draft and (draft.model is not None or not getattr(draft_class(draft.cls), "folder_targets", False)):
         raise SpecsweepError(f"draft {draft.name!r} reads the tool's own model, which model=hf is not: "
-                             "use a draft over token ids (draft=bigram, ngram or distilled)")
+                             "use a draft over token ids (draft=bigram, ngram or distilled) or a model from a "
+                             "folder (draft=hf_model draft.model.path=DIR)")
 
 
 def model_shape(node, where: str = "model") -> dict:

@@ -125,3 +125,33 @@ def test_a_sweep_over_a_tiny_llama_from_a_folder(tiny, tmp_path):
     key = targets[0].data.tags["target_key"]
     assert key.startswith("hf-") and {r.data.tags["target_key"] for r in trials} == {key}
     assert not (tmp_path / "cache" / "models").exists()                    # nothing trained, nothing copied
+
+
+def test_a_draft_model_from_a_folder_drafts_for_a_target_from_a_folder(tiny, export_dir, folder_draft_model):
+    spec = trial_spec(folder_cfg(tiny, export_dir, "draft=hf_model", f"draft.model.path={folder_draft_model}", "k=2"))
+    r = run_trial(spec, progress=False)
+    assert r.info["target_key"].startswith("hf-") and 0 < r.metrics["acceptance"] < 1
+    assert r.metrics["chars_per_pass"] == pytest.approx(1 + 2 * r.metrics["acceptance"])   # every pass: kept + 1
+
+
+def test_a_draft_with_another_tokenizer_is_refused_in_one_line_before_any_work(tiny, export_dir, folder_draft_model,
+                                                                              tmp_path):
+    from src.engine.hf_model import char_tokenizer
+    cfg, _, target = tiny
+    other = tmp_path / "other_tokenizer"
+    other.mkdir()
+    for f in folder_draft_model.iterdir():
+        if f.suffix in (".json", ".safetensors") and not f.name.startswith("tokenizer"):
+            (other / f.name).write_bytes(f.read_bytes())
+    char_tokenizer(list(reversed(target.tokenizer.chars))).save_pretrained(other)   # the same chars, other ids
+    store = tmp_path / "store"
+    for target_args in ([], ["model=hf", f"model.path={export_dir}"]):     # the tool's target, and one from a folder
+        proc = subprocess.run([sys.executable, "-m", "src.run", *target_args, "draft=hf_model",
+                               f"draft.model.path={other}", "model=tiny" if not target_args else "k=2",
+                               "train=quick", f"data.path={cfg.data.path}", f"data.cache_dir={cfg.data.cache_dir}",
+                               f"tracking.uri=sqlite:///{store}/mlflow.db", f"hydra.run.dir={tmp_path}/run", "n_chars=32",
+                               "prompt='the cat '"],
+                              cwd=REPO, capture_output=True, text=True, timeout=300)
+        lines = [line for line in proc.stderr.splitlines() if line.strip()]
+        assert proc.returncode == 2 and len(lines) == 1 and "is not the target's" in lines[0], proc.stderr[-2000:]
+        assert not store.exists()
