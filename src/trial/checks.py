@@ -62,8 +62,8 @@ def check_folder_draft(spec: TrialSpec, corpus: Corpus) -> None:
 
 
 def check_folder_prompt(spec: TrialSpec) -> None:
-    """A model from a folder (model=hf): its vocabulary must be at most data.max_vocab tokens (the
-    drafts that run with it keep dense rows of it), its tokenizer must encode the prompt, and
+    """A model from a folder (model=hf): its vocabulary must be at most data.max_vocab tokens unless
+    the draft is a model (the table drafts keep dense rows of it), its tokenizer must encode the prompt, and
     prompt + n_chars + k tokens must fit its context window (the spec counted chars)."""
     from ..engine.hf_model import HFTokenizer
     from ..engine.library import _transformers
@@ -73,7 +73,7 @@ def check_folder_prompt(spec: TrialSpec) -> None:
     except Exception as e:   # noqa: BLE001
         raise SpecsweepError(f"model.path {folder}: transformers cannot load its tokenizer "
                              f"({str(e).splitlines()[0][:120] if str(e) else type(e).__name__})") from None
-    if tok.vocab_size > spec.target.data.max_vocab:
+    if tok.vocab_size > spec.target.data.max_vocab and spec.draft.model is None:
         raise SpecsweepError(f"model.path {folder}: its tokenizer has {tok.vocab_size:,} tokens, more than "
                              f"data.max_vocab = {spec.target.data.max_vocab}: draft {spec.draft.name!r} keeps dense "
                              "rows of the vocabulary (bigram: V x V), and sparse tables are not built yet")
