@@ -119,12 +119,32 @@ def calibration_windows(train_ids: torch.Tensor, n: int, length: int, seed: int 
     return torch.stack([train_ids[s:s + length] for s in starts.tolist()])
 
 
+def conv1d_as_linear(model: nn.Module) -> int:
+    """Replace, in place, every transformers `Conv1D` (GPT-2's projections: x @ W + b with W of shape
+    (in, out)) by the nn.Linear computing the same (weight W transposed), so a model from a folder
+    (model=hf) gets int8 kernels there too. Returns how many were replaced."""
+    done = 0
+    for mod in list(model.modules()):
+        for name, child in list(mod.named_children()):
+            if type(child).__name__ == "Conv1D" and hasattr(child, "nf") and child.weight.dim() == 2:
+                lin = nn.Linear(child.weight.shape[0], child.weight.shape[1], bias=child.bias is not None)
+                with torch.no_grad():
+                    lin.weight.copy_(child.weight.T)
+                    if child.bias is not None:
+                        lin.bias.copy_(child.bias)
+                setattr(mod, name, lin)
+                done += 1
+    return done
+
+
 def int8_kernel_copy(model: nn.Module, windows: torch.Tensor, engine: str = "x86"):
-    """A deep copy of `model` with every Linear an `Int8Linear`, its input range calibrated on
+    """A deep copy of `model` with every Linear (and transformers' Conv1D: `conv1d_as_linear`) an
+    `Int8Linear`, its input range calibrated on
     a float forward of `windows` (B, T). Returns (copy, report): report has the float32 bytes
     of `model` and the packed bytes of the copy (int8 weights + one float32 scale per output
     channel of each Linear; every other parameter float32)."""
     qmodel = copy.deepcopy(model).eval()
+    conv1d_as_linear(qmodel)
     ranges = input_ranges(qmodel, windows)
     float_bytes = sum(p.numel() * 4 for p in model.parameters())
     packed = 0

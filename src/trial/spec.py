@@ -233,8 +233,9 @@ def folder_model(node, where: str = "model") -> dict:
 
 def check_folder_target(target: "TargetSpec", draft: "DraftSpec", engine: "EngineSpec", tree, batch: int) -> None:
     """What a model from a folder runs here: the tool's chain loop on eager, one sequence, with a
-    draft that reads only the token ids (bigram, ngram, distilled) or a draft model from a folder
-    (draft=hf_model); a draft model from a folder also runs on eager only. Anything else in one line."""
+    draft whose class says `folder_targets` (bigram, ngram, distilled, int8_kernels) or a draft
+    model from a folder (draft=hf_model); a draft model from a folder also runs on eager only.
+    Anything else in one line."""
     folder_draft = draft.model is not None and is_folder_model(draft.model.model)
     if folder_draft and engine.name != "eager":
         raise SpecsweepError(f"draft {draft.name!r}: a draft model from a folder runs on engine=eager here, "
@@ -249,8 +250,8 @@ def check_folder_target(target: "TargetSpec", draft: "DraftSpec", engine: "Engin
         raise SpecsweepError(f"model=hf decodes one sequence at a time here: use batch=1, not batch={batch}")
     if not folder_draft and (draft.model is not None or not getattr(draft_class(draft.cls), "folder_targets", False)):
         raise SpecsweepError(f"draft {draft.name!r} reads the tool's own model, which model=hf is not: "
-                             "use a draft over token ids (draft=bigram, ngram or distilled) or a model from a "
-                             "folder (draft=hf_model draft.model.path=DIR)")
+                             "use a draft over token ids (draft=bigram, ngram or distilled), int8_kernels, or a "
+                             "model from a folder (draft=hf_model draft.model.path=DIR)")
 
 
 def model_shape(node, where: str = "model") -> dict:

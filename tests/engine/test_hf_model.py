@@ -4,8 +4,8 @@ checkpoints with random weights, made here (no hub), run the tool's chain loop e
 
 Exactness per position: the chars the loop emits on each architecture, position by position
 given the emitted prefix, against the model's exact distribution (a chi-square test per
-position at p < ALPHA = 1e-4; 3 architectures x 6 positions: a correct loop fails with
-probability < 0.2%). The negative control is an adapter that does not rewind its cache after a
+position at p < ALPHA = 1e-4; 5 loops (3 architectures with the bigram, 2 with the int8 copy)
+x 6 positions: a correct loop fails with probability < 0.3%). The negative control is an adapter that does not rewind its cache after a
 rejection: the same test must reject it at p < 1e-6, and its cached passes differ from the
 full forward.
 """
@@ -212,3 +212,24 @@ def test_an_export_refuses_a_folder_in_use(tiny, exported):
     _, _, target = tiny
     with pytest.raises(SpecsweepError, match="not an empty folder"):
         export_checkpoint(target.model, target.tokenizer, exported)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+def test_the_targets_int8_kernel_copy_drafts_for_a_model_from_a_folder(tiny, checkpoints, arch):
+    """draft=int8_kernels on a model from a folder: every projection runs int8 kernels (GPT-2's
+    Conv1D converted to Linear first), and the loop with it keeps the target's law per position
+    and greedy decoding's tokens."""
+    from src.engine.drafts import Int8KernelDraft
+    from src.engine.int8_linear import Int8Linear
+    cfg, corpus, target = tiny
+    model, tok = load_checkpoint(checkpoints[arch])
+    draft = Int8KernelDraft(model, tok.encode(corpus.split(0.1)[0]), engine="x86", calibration_windows=8)
+    n_proj = 4 if arch == "gpt2" else 7                                    # per layer: GPT-2's Conv1D, Llama's Linear
+    assert draft.describe()["int8_linears"] == 2 * n_proj + 1              # 2 layers and the output layer
+    assert sum(isinstance(m, Int8Linear) for m in draft.model.modules()) == 2 * n_proj + 1
+    prompt = tok.encode(cfg.prompt)
+    for m, pv in loop_law(model, draft, prompt.tolist(), 2, 6, 600):
+        assert pv > ALPHA, f"{arch} int8: position {m} p = {pv:.2e}"
+    base = generate_baseline(model, prompt, 40, 0.0, torch.Generator().manual_seed(0)).tokens
+    assert generate_speculative(model, draft, prompt, 40, 3, 0.0, torch.Generator().manual_seed(0)).tokens == base

@@ -34,9 +34,10 @@ class Draft:
     library: str | None = None
     # True for a draft that runs in transformers' loop only (prompt_lookup): refused on the tool's engines
     library_only: bool = False
-    # True for a draft that reads only token ids and the target's forward (bigram, the table drafts),
-    # so it drafts for a model from a folder (model=hf, src/engine/hf_model.py); the others read the
-    # tool's own Transformer (its weights, its hidden state) and are refused with model=hf
+    # True for a draft that drafts for a model from a folder (model=hf, src/engine/hf_model.py): one that
+    # reads only token ids and the target's forward (bigram, the table drafts), or copies the target as
+    # any nn.Module (int8_kernels); the others read the tool's own Transformer (its layout, its hidden
+    # state) and are refused with model=hf
     folder_targets: bool = False
 
     def __init__(self, target: Transformer, train_ids: torch.Tensor, name: str | None = None):

@@ -16,6 +16,7 @@ from .model_draft import ModelDraft
 class Int8KernelDraft(ModelDraft):
     name = "int8_kernels"
     library = None   # its packed int8 Linear layers have no GPT-2 counterpart in transformers
+    folder_targets = True   # a model from a folder (model=hf) is copied the same way: its Linear layers
 
     @classmethod
     def check_options(cls, *, engine, calibration_windows, **_) -> None:
@@ -29,10 +30,10 @@ class Int8KernelDraft(ModelDraft):
     def __init__(self, target, train_ids, name: str | None = None, *, engine: str,
                  calibration_windows: int):
         """engine: the quantized engine the weights are packed for (x86 or fbgemm).
-        calibration_windows: how many training windows of the target's context length a
-        float forward runs over to set each Linear's input range."""
+        calibration_windows: how many training windows of the target's context length (at most
+        256 tokens) a float forward runs over to set each Linear's input range."""
         self.check_options(engine=engine, calibration_windows=calibration_windows)
-        windows = int8_linear.calibration_windows(train_ids, calibration_windows, target.cfg.block_size)
+        windows = int8_linear.calibration_windows(train_ids, calibration_windows, min(target.cfg.block_size, 256))
         with target.cache_set_aside():  # do not deep-copy the target's cache buffers
             qmodel, self.memory = int8_linear.int8_kernel_copy(target, windows, engine)
         super().__init__(target, train_ids, name, model=qmodel)
