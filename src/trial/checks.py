@@ -21,7 +21,7 @@ from ..engine.errors import SpecsweepError
 from ..engine.locks import check_creatable
 from ..engine.train import corpus_tokenizer, target_location, verify_checkpoint
 from .load import load_corpus_of
-from .spec import TargetSpec, TrialSpec, is_folder_model
+from .spec import TargetSpec, TrialSpec, draft_class, is_folder_model
 
 
 def check_inputs(spec: TrialSpec) -> Corpus:
@@ -62,8 +62,8 @@ def check_folder_draft(spec: TrialSpec, corpus: Corpus) -> None:
 
 
 def check_folder_prompt(spec: TrialSpec) -> None:
-    """A model from a folder (model=hf): its vocabulary must be at most data.max_vocab tokens unless
-    the draft is a model (the table drafts keep dense rows of it), its tokenizer must encode the prompt, and
+    """A model from a folder (model=hf): its vocabulary must be at most data.max_vocab tokens for a
+    draft that keeps dense rows of it per context (ngram, distilled), its tokenizer must encode the prompt, and
     prompt + n_chars + k tokens must fit its context window (the spec counted chars)."""
     from ..engine.hf_model import HFTokenizer
     from ..engine.library import _transformers
@@ -73,10 +73,10 @@ def check_folder_prompt(spec: TrialSpec) -> None:
     except Exception as e:   # noqa: BLE001
         raise SpecsweepError(f"model.path {folder}: transformers cannot load its tokenizer "
                              f"({str(e).splitlines()[0][:120] if str(e) else type(e).__name__})") from None
-    if tok.vocab_size > spec.target.data.max_vocab and spec.draft.model is None:
+    if tok.vocab_size > spec.target.data.max_vocab and getattr(draft_class(spec.draft.cls), "dense_vocab_rows", False):
         raise SpecsweepError(f"model.path {folder}: its tokenizer has {tok.vocab_size:,} tokens, more than "
                              f"data.max_vocab = {spec.target.data.max_vocab}: draft {spec.draft.name!r} keeps dense "
-                             "rows of the vocabulary (bigram: V x V), and sparse tables are not built yet")
+                             "rows of the vocabulary per context, and sparse tables are not built for it yet (bigram is)")
     n = len(tok.encode(spec.prompt))
     need = n + spec.n_chars + spec.k
     if need > spec.target.model["block_size"]:

@@ -233,3 +233,28 @@ def test_the_targets_int8_kernel_copy_drafts_for_a_model_from_a_folder(tiny, che
         assert pv > ALPHA, f"{arch} int8: position {m} p = {pv:.2e}"
     base = generate_baseline(model, prompt, 40, 0.0, torch.Generator().manual_seed(0)).tokens
     assert generate_speculative(model, draft, prompt, 40, 3, 0.0, torch.Generator().manual_seed(0)).tokens == base
+
+
+def test_the_sparse_bigram_is_the_dense_one_and_a_subword_vocabulary_needs_no_table(tiny):
+    """Above DENSE_MAX tokens the bigram keeps sparse counts and builds rows when met: forced on
+    the tiny vocabulary, every row, CDF, batch of probs and proposal equals the dense table's;
+    at GPT-2's 50,257 tokens it builds without a V x V table."""
+    cfg, corpus, target = tiny
+    ids = target.tokenizer.encode(corpus.split(0.1)[0])
+    dense, sparse = (BigramDraft(target.model, ids, alpha=0.5, dense_max=m) for m in (10 ** 6, 1))
+    assert not dense.sparse and sparse.sparse
+    for temperature in (1.0, 0.7):
+        dense._tables(temperature), sparse._tables(temperature)
+        for prev in range(target.tokenizer.vocab_size):
+            assert torch.allclose(torch.tensor(sparse._rows[prev]), torch.tensor(dense._rows[prev]), atol=1e-7)
+            assert torch.allclose(torch.tensor(sparse._cdf[prev]), torch.tensor(dense._cdf[prev]), atol=1e-12)
+        idx = ids[:64].view(4, 16)
+        assert torch.allclose(sparse.probs(idx, temperature), dense.probs(idx, temperature), atol=1e-7)
+        prompt = target.tokenizer.encode(cfg.prompt).tolist()
+        a, b = (d.propose(prompt, 8, temperature, torch.Generator().manual_seed(3)) for d in (dense, sparse))
+        assert a[0] == b[0]
+    big = BigramDraft(type("M", (), {"cfg": type("C", (), {"vocab_size": 50257, "block_size": 1024})})(),
+                      torch.randint(0, 50257, (200_000,), generator=torch.Generator().manual_seed(0)), alpha=0.5)
+    assert big.sparse and big.describe()["table_bytes"] < 10 * 2 ** 20          # not the 10 GB of V x V
+    row = big.next_probs([123], 1.0)
+    assert len(row) == 50257 and abs(sum(row) - 1) < 1e-4

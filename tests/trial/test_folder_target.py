@@ -158,10 +158,13 @@ def test_a_draft_with_another_tokenizer_is_refused_in_one_line_before_any_work(t
 
 
 def test_a_vocabulary_above_max_vocab_is_refused_for_the_table_drafts_only(tiny, export_dir, folder_draft_model):
-    """The table drafts keep dense rows of the vocabulary; a model draft does not (a 50,257-token
-    GPT-2 runs with draft=hf_model): data.max_vocab=10 refuses the bigram, not the model draft."""
+    """The n-gram tables keep a dense row of the vocabulary per context; the bigram (sparse above
+    DENSE_MAX tokens) and a model draft do not (a 50,257-token GPT-2 runs with them):
+    data.max_vocab=10 refuses ngram and distilled, not bigram or the model draft."""
     from src.trial.checks import check_inputs
-    with pytest.raises(SpecsweepError, match="more than data.max_vocab = 10"):
-        check_inputs(trial_spec(folder_cfg(tiny, export_dir, "draft=bigram", "data.max_vocab=10")))
+    for draft in ("ngram", "distilled"):
+        with pytest.raises(SpecsweepError, match="more than data.max_vocab = 10"):
+            check_inputs(trial_spec(folder_cfg(tiny, export_dir, f"draft={draft}", "data.max_vocab=10")))
+    check_inputs(trial_spec(folder_cfg(tiny, export_dir, "draft=bigram", "data.max_vocab=10")))
     check_inputs(trial_spec(folder_cfg(tiny, export_dir, "draft=hf_model", f"draft.model.path={folder_draft_model}",
                                        "data.max_vocab=10")))

@@ -210,6 +210,7 @@ class TableDraft(Draft):
     name = "table"
     floor_mix = 0.0         # eps of the final (1 - eps) * row + eps / V
     folder_targets = True   # counts over token ids (ngram), or the target's forward over them (distilled)
+    dense_vocab_rows = True  # a row of V floats per context: a subword vocabulary is refused (checks.py)
     batched = True          # a proposal reads only the context and its uniforms (memos are keyed by
                             # context, so sequences of a batch share them safely)
 
