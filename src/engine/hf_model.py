@@ -149,7 +149,8 @@ def context_window(path: Path) -> int | None:
 
 
 def check_folder(path: Path) -> None:
-    """A folder holding a transformers checkpoint: config.json, weights, a tokenizer (one line otherwise)."""
+    """A folder holding a transformers checkpoint: config.json naming an architecture with a causal
+    LM class, weights, a tokenizer (one line otherwise); nothing is loaded but config.json."""
     if not path.exists():
         raise SpecsweepError(f"model.path {path} does not exist")
     if not path.is_dir():
@@ -161,6 +162,14 @@ def check_folder(path: Path) -> None:
     if not any((path / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "vocab.json",
                                               "tokenizer.model")):
         raise SpecsweepError(f"model.path {path} holds no tokenizer (tokenizer.json or tokenizer_config.json)")
+    try:
+        model_type = json.loads((path / "config.json").read_text()).get("model_type")
+    except (OSError, ValueError, AttributeError) as e:
+        raise SpecsweepError(f"model.path {path}: config.json cannot be read ({e})") from None
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    if model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        raise SpecsweepError(f"model.path {path}: architecture {model_type!r} is not a causal LM transformers can load "
+                             "(AutoModelForCausalLM has no class for it)")
 
 
 def load_checkpoint(path: str | Path, max_len: int | None = None, device: str = "cpu") -> tuple[HFModel, HFTokenizer]:

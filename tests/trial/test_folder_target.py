@@ -78,7 +78,13 @@ def test_the_command_line_refuses_bad_folder_input_in_one_line_before_any_work(t
     store = tmp_path / "store"
     base = [sys.executable, "-m", "src.run", "model=hf", f"data.path={cfg.data.path}", f"data.cache_dir={tmp_path}/cache",
             f"tracking.uri=sqlite:///{store}/mlflow.db", f"hydra.run.dir={tmp_path}/run", "n_chars=32", "draft=bigram"]
+    t5 = tmp_path / "t5"                                                    # not a causal LM
+    t5.mkdir()
+    (t5 / "config.json").write_text('{"model_type": "t5"}')
+    (t5 / "model.safetensors").write_bytes(b"")
+    (t5 / "tokenizer.json").write_text("{}")
     cases = [([f"model.path={tmp_path}/nosuch"], "does not exist"),
+             ([f"model.path={t5}"], "'t5' is not a causal LM"),
              ([f"model.path={export_dir}", "prompt='the cat \u2603'"], "cannot encode")]
     for extra, message in cases:
         proc = subprocess.run(base + extra, cwd=REPO, capture_output=True, text=True, timeout=300)
