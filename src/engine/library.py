@@ -6,6 +6,11 @@ blocks, an erf-GELU MLP of width 4 d_model), so the weights are copied (Conv1D k
 weight transposed), every bias is zero and the head is untied. `tests/engine/test_library.py`
 checks the logits equal the tool's eager forward at every position within float32 tolerance.
 
+A model from a folder (model=hf, src/engine/hf_model.py: an `HFModel`) is already a transformers
+causal LM: `as_transformers` hands its own model to the loop, with a generation config of nothing
+of its own (the checkpoint's own config is put back by `close`), so both arms sample the full
+distribution for exactly n tokens, whatever the checkpoint's EOS, top-k or penalties say.
+
 `LibraryLoop` runs the two arms as a transformers user does:
 
 - the baseline: `generate(ids, do_sample=True, top_k=0, top_p=1.0, temperature=T, max_new_tokens=n)`
@@ -88,6 +93,25 @@ def to_transformers(model: Transformer):
     return hf.to(next(model.parameters()).device)
 
 
+def as_transformers(model):
+    """(a transformers causal LM computing `model`'s logits, the generation config to restore on
+    close or None): the tool's Transformer converted (a copy), a model from a folder's own."""
+    from .hf_model import HFModel
+    if isinstance(model, HFModel):
+        hf = model.hf
+        saved = hf.generation_config
+        hf.generation_config = generation_defaults(_transformers().GenerationConfig())
+        return hf, saved
+    return to_transformers(model), None
+
+
+def context_length(hf) -> int:
+    """The positions a transformers model was built for (its text config's window)."""
+    from .hf_model import WINDOW_KEYS
+    c = hf.config.get_text_config(decoder=True)
+    return next(getattr(c, key) for key in WINDOW_KEYS if isinstance(getattr(c, key, None), int))
+
+
 def generation_defaults(gc):
     """A generation config with nothing of its own: no special tokens, no top-k or top-p cut."""
     gc = copy.deepcopy(gc)
@@ -162,14 +186,15 @@ def passes_generation(tokens: list[int], log: list[tuple[int, int]], k: int):
 
 
 class LibraryLoop:
-    """Both arms of a trial through transformers' `generate`, on converted copies of the tool's models.
+    """Both arms of a trial through transformers' `generate`, on converted copies of the tool's models
+    or a model from a folder's own.
 
-    target: the tool's Transformer. assistant: a draft's Transformer (model drafts), or None with
-    lookup_ngram set (prompt lookup, `max_matching_ngram_size`). schedule: "constant" (a fixed k),
+    target: the tool's Transformer or an HFModel. assistant: a draft's model (model drafts; either
+    kind), or None with lookup_ngram set (prompt lookup, `max_matching_ngram_size`). schedule: "constant" (a fixed k),
     "heuristic" (transformers' schedule, starting at k) or "confidence" (k drafts at most, stopped
     where the assistant's probability of its char falls below `threshold`)."""
 
-    def __init__(self, target: Transformer, k: int, temperature: float, assistant: Transformer | None = None,
+    def __init__(self, target, k: int, temperature: float, assistant=None,
                  lookup_ngram: int | None = None, schedule: str = "constant", threshold: float = 0.0):
         if (assistant is None) == (lookup_ngram is None):
             raise ValueError("LibraryLoop needs an assistant model or prompt lookup, not both")
@@ -178,8 +203,12 @@ class LibraryLoop:
         if lookup_ngram is not None and schedule != "constant":
             raise ValueError("prompt lookup drafts a fixed k (no schedule)")
         self.k, self.temperature, self.schedule, self.threshold = k, temperature, schedule, threshold
-        self.target = to_transformers(target)
-        self.assistant = to_transformers(assistant) if assistant is not None else None
+        self.target, saved = as_transformers(target)
+        self.restore = [(self.target, saved)]
+        self.assistant = None
+        if assistant is not None:
+            self.assistant, saved = as_transformers(assistant)
+            self.restore.append((self.assistant, saved))
         self.lookup_ngram = lookup_ngram
         self.counter = PassCounter()
         self.hooks = [hook(self.target, self.counter.target_hook)]
@@ -232,8 +261,14 @@ class LibraryLoop:
         return g
 
     def close(self) -> None:
+        """Remove the counters' hooks and give a model from a folder its own generation config back."""
         for h in self.hooks:
             h.remove()
+        self.hooks = []
+        for hf, saved in self.restore:
+            if saved is not None:
+                hf.generation_config = saved
+        self.restore = []
 
 
 def cached_passes(hf, prompt: list[int], widest: int):
@@ -303,7 +338,7 @@ def library_cost(loop: LibraryLoop, prompt: list[int], k: int, reps: int, rounds
         propose = assistant_proposal(loop, prompt, k)
     else:
         lookup = PromptLookupCandidateGenerator(num_output_tokens=k, max_matching_ngram_size=loop.lookup_ngram,
-                                                max_length=loop.target.config.n_positions)
+                                                max_length=context_length(loop.target))
 
         def propose():
             lookup.get_candidates(ids)

@@ -232,26 +232,37 @@ def folder_model(node, where: str = "model") -> dict:
 
 
 def check_folder_target(target: "TargetSpec", draft: "DraftSpec", engine: "EngineSpec", tree, batch: int) -> None:
-    """What a model from a folder runs here: the tool's chain loop on eager, one sequence, with a
-    draft whose class says `folder_targets` (bigram, ngram, distilled, int8_kernels) or a draft
-    model from a folder (draft=hf_model); a draft model from a folder also runs on eager only.
-    Anything else in one line."""
+    """What a model from a folder runs here: one sequence, a chain, on engine=eager (the tool's loop,
+    with a draft whose class says `folder_targets` (bigram, ngram, distilled, int8_kernels) or a
+    draft model from a folder, draft=hf_model) or engine=transformers (the library's loop, with
+    draft=hf_model as the assistant model or draft=prompt_lookup); a draft model from a folder runs
+    on those two engines too. Anything else in one line."""
     folder_draft = draft.model is not None and is_folder_model(draft.model.model)
-    if folder_draft and engine.name != "eager":
-        raise SpecsweepError(f"draft {draft.name!r}: a draft model from a folder runs on engine=eager here, "
-                             f"not engine={engine.name}")
+    if folder_draft and engine.name not in FOLDER_ENGINES:
+        raise SpecsweepError(f"draft {draft.name!r}: a draft model from a folder runs on engine=eager or "
+                             f"engine=transformers here, not engine={engine.name}")
     if not is_folder_model(target.model):
         return
-    if engine.name != "eager":
-        raise SpecsweepError(f"model=hf runs on engine=eager here, not engine={engine.name}")
+    if engine.name not in FOLDER_ENGINES:
+        raise SpecsweepError(f"model=hf runs on engine=eager (the tool's loop) or engine=transformers (the library's) "
+                             f"here, not engine={engine.name}")
     if tree is not None:
         raise SpecsweepError("model=hf verifies chains only here: use verify=chain")
     if batch > 1:
         raise SpecsweepError(f"model=hf decodes one sequence at a time here: use batch=1, not batch={batch}")
-    if not folder_draft and (draft.model is not None or not getattr(draft_class(draft.cls), "folder_targets", False)):
+    cls = draft_class(draft.cls)
+    if engine.name == "transformers":
+        if not folder_draft and not getattr(cls, "library_only", False):
+            raise SpecsweepError(f"draft {draft.name!r} has no counterpart in transformers' generate for model=hf: use "
+                                 "a model from a folder (draft=hf_model draft.model.path=DIR) or draft=prompt_lookup")
+        return
+    if not folder_draft and (draft.model is not None or not getattr(cls, "folder_targets", False)):
         raise SpecsweepError(f"draft {draft.name!r} reads the tool's own model, which model=hf is not: "
                              "use a draft over token ids (draft=bigram, ngram or distilled), int8_kernels, or a "
                              "model from a folder (draft=hf_model draft.model.path=DIR)")
+
+
+FOLDER_ENGINES = ("eager", "transformers")   # the engines a model from a folder runs on here
 
 
 def model_shape(node, where: str = "model") -> dict:

@@ -4,10 +4,12 @@ what the adapter cannot run, or a folder that is not a checkpoint, is refused in
 before any work."""
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
 import pytest
+import torch
 
 from src.engine.errors import SpecsweepError
 from src.engine.hf_model import load_checkpoint
@@ -53,7 +55,8 @@ def test_an_exported_target_gives_the_built_in_models_counters(tiny, export_dir,
 
 
 @pytest.mark.parametrize("overrides,message", [
-    (["engine=compiled"], "model=hf runs on engine=eager here"),
+    (["engine=compiled"], "model=hf runs on engine=eager (the tool's loop) or engine=transformers"),
+    (["engine=transformers", "draft=bigram"], "no counterpart in transformers' generate for model=hf"),
     (["verify=tree", "verify.widths=[2,1]", "k=2"], "verifies chains only"),
     (["draft=bigram", "batch=4"], "one sequence at a time"),
     (["draft=int8"], "reads the tool's own model"),
@@ -61,7 +64,7 @@ def test_an_exported_target_gives_the_built_in_models_counters(tiny, export_dir,
     (["+model.n_layer=2"], "model=hf has unknown keys: n_layer"),
 ])
 def test_what_the_adapter_cannot_run_is_refused_by_the_spec(tiny, export_dir, overrides, message):
-    with pytest.raises(SpecsweepError, match=message.replace("[", r"\[").replace("(", r"\(")):
+    with pytest.raises(SpecsweepError, match=re.escape(message)):
         trial_spec(folder_cfg(tiny, export_dir, *overrides))
 
 
@@ -138,6 +141,39 @@ def test_a_draft_model_from_a_folder_drafts_for_a_target_from_a_folder(tiny, exp
     r = run_trial(spec, progress=False)
     assert r.info["target_key"].startswith("hf-") and 0 < r.metrics["acceptance"] < 1
     assert r.metrics["chars_per_pass"] == pytest.approx(1 + 2 * r.metrics["acceptance"])   # every pass: kept + 1
+
+
+@pytest.fixture(scope="module")
+def noisy_export(export_dir, tmp_path_factory):
+    """The exported target with Gaussian noise (0.05) on every weight: a draft model from a folder
+    that is kept often and not always."""
+    from src.engine.hf_model import char_tokenizer
+    model, tok = load_checkpoint(export_dir)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for p in model.hf.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    folder = tmp_path_factory.mktemp("noisy_export")
+    model.hf.save_pretrained(folder)
+    char_tokenizer(tok.chars).save_pretrained(folder)
+    return folder
+
+
+def test_the_library_loop_runs_a_model_from_a_folder_as_the_tools_loop_does(tiny, export_dir, noisy_export):
+    """engine=transformers on model=hf: transformers' generate on the folder's own model, a draft
+    model from a folder as its assistant. Greedy, it emits the tool's loop's text with as many
+    target passes; sampled, its counters add up (every pass emits its kept drafts plus one)."""
+    draft = ["draft=hf_model", f"draft.model.path={noisy_export}", "k=3"]
+    runs = {engine: run_trial(trial_spec(folder_cfg(tiny, export_dir, *draft, f"engine={engine}", "temperature=0")),
+                              progress=False) for engine in ("eager", "transformers")}
+    lib, tool = runs["transformers"], runs["eager"]
+    assert lib.info["engine"] == "transformers" and lib.text == tool.text
+    assert lib.metrics["target_passes"] == tool.metrics["target_passes"] < lib.metrics["baseline_passes"]
+    assert lib.metrics["library_baseline_passes"] == lib.metrics["baseline_passes"]
+    for drafting in (draft, ["draft=prompt_lookup", "k=3", "prompt='the cat the cat the cat '"]):
+        r = run_trial(trial_spec(folder_cfg(tiny, export_dir, *drafting, "engine=transformers")), progress=False)
+        m = r.metrics
+        assert m["target_passes"] + m["accepted"] == m["baseline_passes"] and m["proposed"] > 0
 
 
 def test_a_draft_with_another_tokenizer_is_refused_in_one_line_before_any_work(tiny, export_dir, folder_draft_model,
