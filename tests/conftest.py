@@ -24,11 +24,14 @@ PROMPT = "the cat "
 
 
 def compose_cfg(corpus_path, cache_dir, *overrides: str):
+    # one pair and fixed cost rounds: the adaptive ones (pairs added until the interval is narrow,
+    # up to 24 pairs or 30 s a trial) are tested in tests/engine/test_timing.py and
+    # tests/trial/test_trial_timing.py, which ask for them
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         return compose("config", overrides=[
             "model=tiny", "train=quick", f"data.path={corpus_path}", f"data.cache_dir={cache_dir}",
-            f"prompt='{PROMPT}'", "n_chars=64", "timing.pairs=1", "timing.cost_reps=2",
-            "timing.cost_width=null", *overrides])  # fixed cost rounds; tests/engine/test_timing.py asks for adaptive ones
+            f"prompt='{PROMPT}'", "n_chars=64", "timing.pairs=1", "timing.target_width=null", "timing.cost_reps=2",
+            "timing.cost_width=null", *overrides])
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -163,14 +163,14 @@ def test_the_library_loop_runs_a_model_from_a_folder_as_the_tools_loop_does(tiny
     """engine=transformers on model=hf: transformers' generate on the folder's own model, a draft
     model from a folder as its assistant. Greedy, it emits the tool's loop's text with as many
     target passes; sampled, its counters add up (every pass emits its kept drafts plus one)."""
-    draft = ["draft=hf_model", f"draft.model.path={noisy_export}", "k=3"]
+    draft = ["draft=hf_model", f"draft.model.path={noisy_export}", "k=3", "timing.target_width=null"]
     runs = {engine: run_trial(trial_spec(folder_cfg(tiny, export_dir, *draft, f"engine={engine}", "temperature=0")),
                               progress=False) for engine in ("eager", "transformers")}
     lib, tool = runs["transformers"], runs["eager"]
     assert lib.info["engine"] == "transformers" and lib.text == tool.text
     assert lib.metrics["target_passes"] == tool.metrics["target_passes"] < lib.metrics["baseline_passes"]
     assert lib.metrics["library_baseline_passes"] == lib.metrics["baseline_passes"]
-    for drafting in (draft, ["draft=prompt_lookup", "k=3", "prompt='the cat the cat the cat '"]):
+    for drafting in (draft, ["draft=prompt_lookup", "k=3", "timing.target_width=null", "prompt='the cat the cat the cat '"]):
         r = run_trial(trial_spec(folder_cfg(tiny, export_dir, *drafting, "engine=transformers")), progress=False)
         m = r.metrics
         assert m["target_passes"] + m["accepted"] == m["baseline_passes"] and m["proposed"] > 0

@@ -45,7 +45,8 @@ def test_bad_timing_options_are_refused_before_any_work(tmp_path):
     cfg = compose_cfg(tmp_path / "missing.txt", tmp_path, "timing.confidence=1.5")
     with pytest.raises(SpecsweepError, match="timing.confidence must be a number in"):
         trial_spec(cfg)
-    cfg = compose_cfg(tmp_path / "missing.txt", tmp_path, "timing.max_pairs=null", "timing.max_seconds=null")
+    cfg = compose_cfg(tmp_path / "missing.txt", tmp_path, "timing.target_width=0.1", "timing.max_pairs=null",
+                      "timing.max_seconds=null")
     with pytest.raises(SpecsweepError, match="needs a cap"):
         trial_spec(cfg)
     trial_spec(compose_cfg(tmp_path / "missing.txt", tmp_path, "timing.target_width=null", "timing.max_pairs=null",
