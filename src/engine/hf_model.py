@@ -9,8 +9,14 @@ returns an `HFModel` and an `HFTokenizer`: the interface the tool's loops use of
   over the architecture's own cache (transformers' `DynamicCache`): entries at input_pos[0] and
   beyond are dropped first (`library.rewind`), so rejecting drafts is a rewind of the position, as in the
   tool's cache written by position. Without a cache (`cache_set_aside`) it is a full forward from
-  position 0. Trees (a mask or scratch slots) and batches of several sequences are refused in
-  one line: this adapter runs chains, one sequence at a time.
+  position 0. A tree pass (`HFModel(ids, input_pos, slots, mask)`, verify=tree) writes its nodes
+  at contiguous cache slots after the committed tokens, each at the position of its depth, and
+  attends through the tree's mask (src/engine/tree.py: each node sees the committed tokens, its
+  ancestors and itself), given as a 4D additive float mask, which transformers hands to the
+  attention as it is; committing the accepted path copies its nodes' keys and values to the
+  slots after the committed tokens (`move_cache`). Whether an architecture honours such a mask is
+  tried on the model once, when a tree's cache is first set up (`takes_tree_mask`); one that does
+  not is refused in one line. Batches of several sequences are refused in one line.
 - `HFTokenizer` encodes with the checkpoint's tokenizer, no special tokens added; a text it
   cannot encode is refused in one line. Counters the tool calls chars are then tokens.
 
@@ -82,6 +88,7 @@ class HFModel(nn.Module):
         self.cfg = HFShape(int(hf.get_output_embeddings().weight.shape[0]), int(block))
         self.register_buffer("causal", torch.zeros(0, device=next(hf.parameters()).device), persistent=False)
         self.cache = None
+        self._tree_mask: bool | None = None   # takes_tree_mask's answer, once tried
 
     def n_params(self) -> int:
         return sum(p.numel() for p in self.hf.parameters())
@@ -89,16 +96,53 @@ class HFModel(nn.Module):
     def setup_cache(self, batch: int = 1, extra: int = 0) -> None:
         if batch != 1:
             raise SpecsweepError("a model from a folder decodes one sequence at a time here (batch=1)")
-        if extra:
-            raise SpecsweepError("a model from a folder verifies chains only here (verify=chain): "
-                                 "a tree needs scratch cache slots and a tree mask")
+        if extra and not self.takes_tree_mask():
+            raise SpecsweepError(f"{type(self.hf).__name__} does not honour a custom 4D attention mask, which a "
+                                 "tree's verify pass needs: use verify=chain")
         self.cache = _transformers().DynamicCache(config=self.hf.config)
 
     def drop_cache(self) -> None:
         self.cache = None
 
-    def move_cache(self, src, dst) -> None:
-        raise SpecsweepError("a model from a folder verifies chains only here (verify=chain)")
+    def takes_tree_mask(self) -> bool:
+        """Whether the architecture honours a custom 4D attention mask, tried once on the model: over
+        4 tokens, the causal mask given as a 4D mask must give the plain forward's logits, and a
+        mask under which the last token sees only itself must give that token's logits alone at
+        its position (and not the plain forward's)."""
+        if self._tree_mask is None:
+            self._tree_mask = self._try_tree_mask()
+        return self._tree_mask
+
+    @torch.no_grad()
+    def _try_tree_mask(self) -> bool:
+        device = next(self.hf.parameters()).device
+        ids = torch.arange(1, 5, device=device)[None] % self.cfg.vocab_size
+        pos = torch.arange(4, device=device)[None]
+        causal = torch.ones(4, 4, dtype=torch.bool, device=device).tril()
+        alone = causal.clone()
+        alone[3, :3] = False
+        try:
+            plain = self.hf(input_ids=ids, position_ids=pos, use_cache=False).logits
+            given = self.hf(input_ids=ids, position_ids=pos, attention_mask=additive(causal, plain.dtype),
+                            use_cache=False).logits
+            hidden = self.hf(input_ids=ids, position_ids=pos, attention_mask=additive(alone, plain.dtype),
+                             use_cache=False).logits[:, 3]
+            single = self.hf(input_ids=ids[:, 3:], position_ids=pos[:, 3:], use_cache=False).logits[:, 0]
+        except Exception:   # noqa: BLE001 - an architecture that refuses the mask's shape or kind
+            return False
+        return bool(torch.allclose(given, plain, atol=1e-4) and torch.allclose(hidden, single, atol=1e-4)
+                    and not torch.allclose(hidden, plain[:, 3], atol=1e-3))
+
+    def move_cache(self, src: torch.Tensor, dst: torch.Tensor) -> None:
+        """Copy the keys and values at cache slots `src` to slots `dst` (a tree's accepted path to
+        the slots after the committed tokens), in every layer."""
+        dynamic = _transformers().cache_utils.DynamicLayer
+        for layer in self.cache.layers:
+            if type(layer) is not dynamic:
+                raise SpecsweepError(f"{type(self.hf).__name__}'s cache has {type(layer).__name__} layers: a tree's "
+                                     "accepted path cannot be moved in it; use verify=chain")
+            layer.keys[:, :, dst] = layer.keys[:, :, src]
+            layer.values[:, :, dst] = layer.values[:, :, src]
 
     @contextmanager
     def cache_set_aside(self):
@@ -112,24 +156,38 @@ class HFModel(nn.Module):
 
     def forward(self, idx: torch.Tensor, input_pos: torch.Tensor | None = None, slots: torch.Tensor | None = None,
                 mask: torch.Tensor | None = None, *, return_hidden: bool = False):
-        if mask is not None or return_hidden or (slots is not None and input_pos is not None
-                                                 and not torch.equal(slots, input_pos)):
-            raise SpecsweepError("a model from a folder runs chains on its own cache: no tree mask, scratch "
-                                 "slots or hidden state (verify=chain, a draft that does not read the target)")
+        if return_hidden:
+            raise SpecsweepError("a model from a folder gives no hidden state to a draft: use a draft that does not "
+                                 "read the target's")
         if self.cache is None:
-            if input_pos is not None and int(input_pos[0]) != 0:
-                raise ValueError("input_pos is required to start at 0 without a cache")
+            if mask is not None or (input_pos is not None and int(input_pos[0]) != 0):
+                raise ValueError("without a KV cache a pass is a full forward from position 0, without a mask")
             return self.hf(input_ids=idx, use_cache=False).logits.float()
         if input_pos is None:
             raise ValueError("input_pos is required while a KV cache is set up")
-        start = int(input_pos[0])
+        width = idx.shape[1]
+        slots = input_pos if slots is None else slots
+        start = int(slots[0])
+        at = torch.arange(start, start + width, device=slots.device)
+        if not torch.equal(slots, at):
+            raise ValueError("a pass writes contiguous cache slots here")
         have = self.cache.get_seq_length()
         if start > have:
-            raise ValueError(f"a pass at position {start} over a cache of {have} tokens: positions must follow on")
+            raise ValueError(f"a pass at slot {start} over a cache of {have} tokens: slots must follow on")
         rewind(self.cache, start)   # what was cached from `start` on is replaced
+        extra = {}
+        if mask is not None:        # (width, S) over cache slots: query i sees slot j
+            extra["attention_mask"] = additive(mask[:, :start + width], self.hf.dtype)
         out = self.hf(input_ids=idx, position_ids=input_pos.view(1, -1).expand(idx.shape[0], -1),
-                      cache_position=input_pos, past_key_values=self.cache, use_cache=True)
+                      cache_position=at, past_key_values=self.cache, use_cache=True, **extra)
         return out.logits.float()
+
+
+def additive(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A boolean (query, key) mask as the (1, 1, query, key) additive float mask attention adds to
+    its scores: 0 where allowed, the dtype's lowest value elsewhere."""
+    out = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
+    return out.masked_fill(~allowed, torch.finfo(dtype).min)[None, None]
 
 
 WINDOW_KEYS = ("max_position_embeddings", "n_positions", "n_ctx", "seq_length")   # where configs keep theirs

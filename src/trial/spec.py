@@ -232,11 +232,12 @@ def folder_model(node, where: str = "model") -> dict:
 
 
 def check_folder_target(target: "TargetSpec", draft: "DraftSpec", engine: "EngineSpec", tree, batch: int) -> None:
-    """What a model from a folder runs here: one sequence, a chain, on engine=eager (the tool's loop,
-    with a draft whose class says `folder_targets` (bigram, ngram, distilled, int8_kernels) or a
-    draft model from a folder, draft=hf_model) or engine=transformers (the library's loop, with
-    draft=hf_model as the assistant model or draft=prompt_lookup); a draft model from a folder runs
-    on those two engines too. Anything else in one line."""
+    """What a model from a folder runs here: one sequence, on engine=eager (the tool's loop, a chain
+    or a tree, with a draft whose class says `folder_targets` (bigram, ngram, distilled,
+    int8_kernels) or a draft model from a folder, draft=hf_model) or engine=transformers (the
+    library's loop, with draft=hf_model as the assistant model or draft=prompt_lookup); a draft
+    model from a folder runs on those two engines too. Anything else in one line; an architecture
+    that does not honour a tree's 4D mask is refused when the model is loaded (HFModel.setup_cache)."""
     folder_draft = draft.model is not None and is_folder_model(draft.model.model)
     if folder_draft and engine.name not in FOLDER_ENGINES:
         raise SpecsweepError(f"draft {draft.name!r}: a draft model from a folder runs on engine=eager or "
@@ -246,8 +247,6 @@ def check_folder_target(target: "TargetSpec", draft: "DraftSpec", engine: "Engin
     if engine.name not in FOLDER_ENGINES:
         raise SpecsweepError(f"model=hf runs on engine=eager (the tool's loop) or engine=transformers (the library's) "
                              f"here, not engine={engine.name}")
-    if tree is not None:
-        raise SpecsweepError("model=hf verifies chains only here: use verify=chain")
     if batch > 1:
         raise SpecsweepError(f"model=hf decodes one sequence at a time here: use batch=1, not batch={batch}")
     cls = draft_class(draft.cls)

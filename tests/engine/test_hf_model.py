@@ -1,13 +1,15 @@
 """Models from a folder (src/engine/hf_model.py): the tool's target exported as a transformers
 checkpoint loads back with the same logits and the same counters; tiny GPT-2, Llama and Qwen2
-checkpoints with random weights, made here (no hub), run the tool's chain loop exactly.
+checkpoints with random weights, made here (no hub), run the tool's chain and tree loops exactly.
 
 Exactness per position: the chars the loop emits on each architecture, position by position
 given the emitted prefix, against the model's exact distribution (a chi-square test per
-position at p < ALPHA = 1e-4; 5 loops (3 architectures with the bigram, 2 with the int8 copy)
-x 6 positions: a correct loop fails with probability < 0.3%). The negative control is an adapter that does not rewind its cache after a
-rejection: the same test must reject it at p < 1e-6, and its cached passes differ from the
-full forward.
+position at p < ALPHA = 1e-4; 6 loops (3 architectures with the bigram, 2 with the int8 copy, a
+tree on Llama) x 6 positions: a correct loop fails with probability < 0.4%). The negative
+controls: an adapter that does not rewind its cache after a rejection, and a tree mask handed
+over as 0/1 instead of 0/-inf: the same test must reject each at p < 1e-6; the first's cached
+passes, and those of a tree whose accepted path is not moved in the cache, differ from the full
+forward.
 """
 from __future__ import annotations
 
@@ -16,7 +18,8 @@ import json
 import pytest
 import torch
 
-from src.engine.decode import generate_baseline, generate_speculative
+from src.engine.decode import generate_baseline, generate_speculative, prefill
+from src.engine.tree import Tree, TreeMasks, commit_path, generate_tree, tree_verify
 from src.engine.drafts import BigramDraft
 from src.engine.errors import SpecsweepError
 from src.engine.hf_model import MARKER, HFModel, char_tokenizer, export_checkpoint, load_checkpoint
@@ -137,6 +140,7 @@ def test_cached_passes_with_rewinds_equal_the_full_forward(tiny, checkpoints, ar
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_greedy_speculative_equals_greedy_decoding(tiny, checkpoints, arch):
+    """Chains of k = 1 and 3, and trees of widths (2, 1) and (3, 2, 1)."""
     cfg, _, target = tiny
     model, tok = load_checkpoint(checkpoints[arch])
     prompt = tok.encode(cfg.prompt)
@@ -144,12 +148,21 @@ def test_greedy_speculative_equals_greedy_decoding(tiny, checkpoints, arch):
     for k in (1, 3):
         assert generate_speculative(model, bigram(tiny, model), prompt, 40, k, 0.0,
                                     torch.Generator().manual_seed(0)).tokens == base, k
+    for widths in ((2, 1), (3, 2, 1)):
+        assert generate_tree(model, bigram(tiny, model), prompt, 40, widths, 0.0,
+                             torch.Generator().manual_seed(0)).tokens == base, widths
 
 
-def loop_law(model, draft, prompt: list[int], k: int, n_chars: int, runs: int) -> list[tuple[int, float]]:
-    """(position, p-value) of the loop's emitted chars against the model's exact law given each prefix."""
-    seqs = [generate_speculative(model, draft, prompt, n_chars, k, 1.0, torch.Generator().manual_seed(s),
-                                 track_overlap=False).tokens for s in range(runs)]
+def loop_law(model, draft, prompt: list[int], k: int, n_chars: int, runs: int,
+             widths: tuple | None = None) -> list[tuple[int, float]]:
+    """(position, p-value) of the loop's emitted chars (the chain loop drafting k, or the tree loop
+    of `widths`) against the model's exact law given each prefix."""
+    if widths is None:
+        seqs = [generate_speculative(model, draft, prompt, n_chars, k, 1.0, torch.Generator().manual_seed(s),
+                                     track_overlap=False).tokens for s in range(runs)]
+    else:
+        seqs = [generate_tree(model, draft, prompt, n_chars, widths, 1.0, torch.Generator().manual_seed(s),
+                              track_overlap=False).tokens for s in range(runs)]
     chars = torch.tensor(seqs)
     P = len(prompt)
     with torch.no_grad(), model.cache_set_aside():
@@ -176,12 +189,96 @@ def test_the_law_test_catches_a_cache_that_is_not_rewound(tiny, checkpoints):
     assert min(pv for _, pv in results) < 1e-6, results
 
 
-def test_trees_and_batches_are_refused_in_one_line(checkpoints):
+def tree_of(tokens: list[int], parents: list[int]) -> Tree:
+    """A Tree of root tokens[0] and nodes tokens[1:] with the given parents (breadth-first)."""
+    depth = [0]
+    for q in parents[1:]:
+        depth.append(depth[q] + 1)
+    children = [[i for i, q in enumerate(parents) if q == j] for j in range(len(parents))]
+    return Tree(tokens, parents, depth, children, [None] * len(parents), [1.0] * len(parents))
+
+
+def tree_vs_full(model, ids: list[int], parents: list[int]) -> float:
+    """Largest |logit difference| between one tree pass after ids[:P] (then its accepted path, the
+    last leaf's, committed and a pass after it) and full forwards over each node's own path."""
+    P, n = 8, len(parents)
+    tokens = ids[P - 1:P - 1 + n]                      # the root, then one token per node
+    tree = tree_of(tokens, parents)
+    positions = prefill(model, ids[:P], extra=n)
+    with torch.no_grad():
+        got = tree_verify(model, tree, P, positions, TreeMasks(positions.device), 1.0).log()   # (n, V)
+        path = []
+        node = n - 1
+        while node:
+            path.insert(0, node)
+            node = parents[node]
+        commit_path(model, path, P, positions)
+        nxt = ids[:P] + [tokens[i] for i in path] + [3]
+        after = model(torch.tensor([[3]]), positions[len(nxt) - 1:len(nxt)])[0, -1]
+        with model.cache_set_aside():
+            worst = 0.0
+            for i in range(n):
+                line, node = [], i
+                while node:
+                    line.insert(0, tokens[node])
+                    node = parents[node]
+                want = torch.log_softmax(model(torch.tensor([ids[:P] + line]))[0, -1], -1)
+                worst = max(worst, (got[i] - want).abs().max().item())
+            want = model(torch.tensor([nxt]))[0, -1]
+    return max(worst, (after - want).abs().max().item())
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_a_tree_pass_and_its_committed_path_equal_full_forwards(tiny, checkpoints, arch):
+    """The tree's mask, given to the architecture as a 4D mask: every node's distribution equals a
+    full forward over its own path; after the deepest path is committed (moved in the cache) the
+    next pass equals a full forward over the committed tokens. Negative control: a cache whose
+    path is not moved."""
+    _, corpus, target = tiny
+    ids = target.tokenizer.encode(corpus.text[:40]).tolist()
+    model, _ = load_checkpoint(checkpoints[arch])
+    parents = [-1, 0, 0, 1, 2, 2, 5]                    # two branches, the last leaf three deep on the second
+    assert model.takes_tree_mask()
+    assert tree_vs_full(model, ids, parents) < 1e-4
+    model.move_cache = lambda src, dst: None            # negative control: the path stays in its scratch slots
+    assert tree_vs_full(model, ids, parents) > 1e-2
+
+
+@pytest.mark.slow
+def test_the_tree_loop_keeps_the_models_law_and_catches_a_mask_that_does_not_mask(tiny, checkpoints, monkeypatch):
+    """The tree loop (widths (2, 1)) on the Llama checkpoint with its int8-kernel copy as the draft
+    (kept often, so paths of depth 2 are moved in the cache often): the law per position. Negative
+    control: the tree's mask handed over as 0/1 added to the scores instead of 0/-inf (a boolean
+    mask taken for an additive one), so every node sees the whole tree, its future included; the
+    probe would refuse such an adapter, so it is told the mask works."""
+    import src.engine.hf_model as hf_model
+    from src.engine.drafts import Int8KernelDraft
+    cfg, corpus, target = tiny
+    model, tok = load_checkpoint(checkpoints["llama"])
+    draft = Int8KernelDraft(model, tok.encode(corpus.split(0.1)[0]), engine="x86", calibration_windows=8)
+    prompt = tok.encode(cfg.prompt).tolist()
+    for m, pv in loop_law(model, draft, prompt, 0, 6, 600, widths=(2, 1)):
+        assert pv > ALPHA, f"tree: position {m} p = {pv:.2e}"
+    monkeypatch.setattr(hf_model, "additive", lambda allowed, dtype: allowed.to(dtype)[None, None])
+    model._tree_mask = True
+    results = loop_law(model, draft, prompt, 0, 6, 300, widths=(2, 1))
+    assert min(pv for _, pv in results) < 1e-6, results
+
+
+def test_batches_and_an_architecture_without_a_4d_mask_are_refused_in_one_line(checkpoints):
     model, _ = load_checkpoint(checkpoints["gpt2"])
-    with pytest.raises(SpecsweepError, match="chains only"):
-        model.setup_cache(1, extra=4)
     with pytest.raises(SpecsweepError, match="one sequence at a time"):
         model.setup_cache(4)
+    model.hf.forward = ignoring_the_mask(model.hf.forward)      # an architecture that builds its own mask
+    with pytest.raises(SpecsweepError, match="does not honour a custom 4D attention mask"):
+        model.setup_cache(1, extra=4)
+    model.setup_cache(1)                                        # a chain still runs
+
+
+def ignoring_the_mask(forward):
+    def run(*args, attention_mask=None, **kwargs):
+        return forward(*args, **kwargs)
+    return run
 
 
 def test_folders_that_are_not_checkpoints_are_refused(tmp_path, checkpoints):

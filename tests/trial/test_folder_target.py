@@ -39,12 +39,13 @@ def folder_cfg(tiny, folder, *overrides):
     return compose_cfg(cfg.data.path, cfg.data.cache_dir, "model=hf", f"model.path={folder}", *overrides)
 
 
-@pytest.mark.parametrize("draft,k", [("bigram", 2), ("ngram", 4)])
-def test_an_exported_target_gives_the_built_in_models_counters(tiny, export_dir, draft, k):
+@pytest.mark.parametrize("draft,k,verify", [("bigram", 2, []), ("ngram", 4, []),
+                                            ("bigram", 2, ["verify=tree", "verify.widths=[3,1]"])])
+def test_an_exported_target_gives_the_built_in_models_counters(tiny, export_dir, draft, k, verify):
     cfg, _, target = tiny
-    built_in = run_trial(trial_spec(compose_cfg(cfg.data.path, cfg.data.cache_dir, f"draft={draft}", f"k={k}")),
-                         progress=False)
-    spec = trial_spec(folder_cfg(tiny, export_dir, f"draft={draft}", f"k={k}"))
+    built_in = run_trial(trial_spec(compose_cfg(cfg.data.path, cfg.data.cache_dir, f"draft={draft}", f"k={k}",
+                                                *verify)), progress=False)
+    spec = trial_spec(folder_cfg(tiny, export_dir, f"draft={draft}", f"k={k}", *verify))
     folder = run_trial(spec, progress=False)
     assert {c: folder.metrics[c] for c in COUNTERS} == {c: built_in.metrics[c] for c in COUNTERS}
     assert folder.metrics[ANALYTIC] == pytest.approx(built_in.metrics[ANALYTIC], rel=1e-6)
@@ -57,7 +58,8 @@ def test_an_exported_target_gives_the_built_in_models_counters(tiny, export_dir,
 @pytest.mark.parametrize("overrides,message", [
     (["engine=compiled"], "model=hf runs on engine=eager (the tool's loop) or engine=transformers"),
     (["engine=transformers", "draft=bigram"], "no counterpart in transformers' generate for model=hf"),
-    (["verify=tree", "verify.widths=[2,1]", "k=2"], "verifies chains only"),
+    (["engine=transformers", "draft=prompt_lookup", "verify=tree", "verify.widths=[2,1]", "k=2"],
+     "engine=transformers verifies chains only"),
     (["draft=bigram", "batch=4"], "one sequence at a time"),
     (["draft=int8"], "reads the tool's own model"),
     (["model.max_len=1"], "model.max_len must be an integer >= 2"),
@@ -174,6 +176,22 @@ def test_the_library_loop_runs_a_model_from_a_folder_as_the_tools_loop_does(tiny
         r = run_trial(trial_spec(folder_cfg(tiny, export_dir, *drafting, "engine=transformers")), progress=False)
         m = r.metrics
         assert m["target_passes"] + m["accepted"] == m["baseline_passes"] and m["proposed"] > 0
+
+
+def test_a_tree_over_a_model_from_a_folder_with_model_drafts(tiny, export_dir, noisy_export):
+    """verify=tree on model=hf with the drafts that run a model (a draft model from a folder, the
+    target's int8-kernel copy): greedy, the tree emits the chain's text; sampled, the counters of
+    a tree add up (every pass emits its accepted path plus one; the last pass may run past n_chars
+    by up to the tree's depth, cut off)."""
+    chain = ["draft=hf_model", f"draft.model.path={noisy_export}", "k=2", "temperature=0"]
+    tree = ["verify=tree", "verify.widths=[2,1]"]
+    texts = [run_trial(trial_spec(folder_cfg(tiny, export_dir, *chain, *extra)), progress=False).text
+             for extra in ([], tree)]
+    assert texts[0] == texts[1]
+    r = run_trial(trial_spec(folder_cfg(tiny, export_dir, "draft=int8_kernels", "k=2", *tree)), progress=False)
+    m = r.metrics
+    assert r.info["verify"].startswith("tree") and m["accepted"] > 0
+    assert 0 <= m["target_passes"] + m["accepted"] - m["baseline_passes"] <= 2
 
 
 def test_a_draft_with_another_tokenizer_is_refused_in_one_line_before_any_work(tiny, export_dir, folder_draft_model,
