@@ -38,7 +38,7 @@ import torch
 from torch import nn
 
 from .errors import SpecsweepError
-from .library import _transformers, rewind, to_transformers
+from .library import WINDOW_KEYS, _transformers, rewind, to_transformers
 from .model import Transformer
 from .tokenizer import CharTokenizer
 
@@ -188,9 +188,6 @@ def additive(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     its scores: 0 where allowed, the dtype's lowest value elsewhere."""
     out = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
     return out.masked_fill(~allowed, torch.finfo(dtype).min)[None, None]
-
-
-WINDOW_KEYS = ("max_position_embeddings", "n_positions", "n_ctx", "seq_length")   # where configs keep theirs
 
 
 def context_window(path: Path) -> int | None:

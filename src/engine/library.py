@@ -93,12 +93,14 @@ def to_transformers(model: Transformer):
     return hf.to(next(model.parameters()).device)
 
 
+WINDOW_KEYS = ("max_position_embeddings", "n_positions", "n_ctx", "seq_length")   # where configs keep theirs
+
+
 def as_transformers(model):
     """(a transformers causal LM computing `model`'s logits, the generation config to restore on
     close or None): the tool's Transformer converted (a copy), a model from a folder's own."""
-    from .hf_model import HFModel
-    if isinstance(model, HFModel):
-        hf = model.hf
+    hf = getattr(model, "hf", None)   # a model from a folder (hf_model.HFModel) holds its transformers model
+    if hf is not None:
         saved = hf.generation_config
         hf.generation_config = generation_defaults(_transformers().GenerationConfig())
         return hf, saved
@@ -107,7 +109,6 @@ def as_transformers(model):
 
 def context_length(hf) -> int:
     """The positions a transformers model was built for (its text config's window)."""
-    from .hf_model import WINDOW_KEYS
     c = hf.config.get_text_config(decoder=True)
     return next(getattr(c, key) for key in WINDOW_KEYS if isinstance(getattr(c, key, None), int))
 
