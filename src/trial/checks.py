@@ -63,7 +63,8 @@ def check_folder_draft(spec: TrialSpec, corpus: Corpus) -> None:
 
 def check_folder_prompt(spec: TrialSpec) -> None:
     """A model from a folder (model=hf): its vocabulary must be at most data.max_vocab tokens for a
-    draft that keeps dense rows of it per context (ngram, distilled), its tokenizer must encode the prompt, and
+    draft whose build holds a row of it per training position (distilled) and small enough for a
+    table draft's order (its context codes fit an int64), its tokenizer must encode the prompt, and
     prompt + n_chars + k tokens must fit its context window (the spec counted chars)."""
     from ..engine.hf_model import HFTokenizer
     from ..engine.library import _transformers
@@ -73,10 +74,16 @@ def check_folder_prompt(spec: TrialSpec) -> None:
     except Exception as e:   # noqa: BLE001
         raise SpecsweepError(f"model.path {folder}: transformers cannot load its tokenizer "
                              f"({str(e).splitlines()[0][:120] if str(e) else type(e).__name__})") from None
-    if tok.vocab_size > spec.target.data.max_vocab and getattr(draft_class(spec.draft.cls), "dense_vocab_rows", False):
+    cls = draft_class(spec.draft.cls)
+    if tok.vocab_size > spec.target.data.max_vocab and getattr(cls, "dense_vocab_rows", False):
         raise SpecsweepError(f"model.path {folder}: its tokenizer has {tok.vocab_size:,} tokens, more than "
-                             f"data.max_vocab = {spec.target.data.max_vocab}: draft {spec.draft.name!r} keeps dense "
-                             "rows of the vocabulary per context, and sparse tables are not built for it yet (bigram is)")
+                             f"data.max_vocab = {spec.target.data.max_vocab}: draft {spec.draft.name!r} holds a "
+                             "row of the vocabulary per training position while it builds (bigram and ngram do not)")
+    if hasattr(cls, "check_vocabulary") and "order" in spec.draft.options:
+        try:
+            cls.check_vocabulary(spec.draft.options["order"], tok.vocab_size)
+        except ValueError as e:
+            raise SpecsweepError(f"draft {spec.draft.name!r}: {e}") from None
     n = len(tok.encode(spec.prompt))
     need = n + spec.n_chars + spec.k
     if need > spec.target.model["block_size"]:

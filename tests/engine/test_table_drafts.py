@@ -93,6 +93,36 @@ def test_ngram_rows_are_modified_kneser_ney(tiny, train_ids, order):
         assert (gap < 1e-6) == should_match, (continuation, gap)
 
 
+def test_ngram_over_a_subword_vocabulary_is_kneser_ney_without_a_row_per_context():
+    """At GPT-2's 50,257 tokens: ids drawn from 400 tokens spread over the whole vocabulary (half
+    of them above 32,767, where int16 ids would wrap) give rows equal to the plain formula at a
+    seen context, its one-token suffix and an unseen one (every one of the V entries); the table holds the entries met,
+    not a row per context, and the memos of dense rows stay within dense_memo_limit while
+    `next_probs` and `propose` walk 300 contexts."""
+    from src.engine.drafts.table import dense_memo_limit
+    V = 50257
+    gen = torch.Generator().manual_seed(0)
+    tokens = torch.cat([torch.randint(0, 32768, (200,), generator=gen), torch.randint(32768, V, (200,), generator=gen)])
+    ids = tokens[torch.multinomial(1.0 / torch.arange(1, 401).double(), 6000, replacement=True, generator=gen)]
+    shape = type("M", (), {"cfg": type("C", (), {"vocab_size": V, "block_size": 1024})})()
+    draft = NgramDraft(shape, ids, order=2)
+    assert draft.describe()["table_bytes"] < 2 ** 20                    # not V floats per context (2 GB here)
+    prob = reference_kn(ids.tolist(), 2, V)
+    seen = ids[100:102].tolist()
+    for context in (seen, seen[1:], [int(tokens[0]), V - 1]):
+        q = torch.tensor(draft.next_probs(context, 1.0), dtype=torch.float64)
+        want = torch.tensor([prob(tuple(context[-2:]), w) for w in range(V)], dtype=torch.float64)
+        assert (q - want).abs().max().item() < 1e-7, context
+    for i in range(300):
+        context = ids[i:i + 3].tolist()
+        draft.next_probs(context, 0.7)
+        draft.propose(context, 4, 1.0, torch.Generator().manual_seed(i))
+    assert 0 < draft.memo_size(0.7) <= dense_memo_limit(V) == 20 and len(draft._base_rows) <= 20
+    ctx = ids[:40].tolist()
+    drafts, q = draft.propose(ctx, 4, 1.0, torch.Generator().manual_seed(1))
+    assert all(0 <= d < V for d in drafts) and all(len(row) == V for row in q)
+
+
 def test_ngram_rows_are_distributions_with_mass_everywhere(tiny, drafts, gen):
     _, _, target = tiny
     V = target.tokenizer.vocab_size

@@ -217,14 +217,15 @@ def test_a_draft_with_another_tokenizer_is_refused_in_one_line_before_any_work(t
         assert not store.exists()
 
 
-def test_a_vocabulary_above_max_vocab_is_refused_for_the_table_drafts_only(tiny, export_dir, folder_draft_model):
-    """The n-gram tables keep a dense row of the vocabulary per context; the bigram (sparse above
-    DENSE_MAX tokens) and a model draft do not (a 50,257-token GPT-2 runs with them):
-    data.max_vocab=10 refuses ngram and distilled, not bigram or the model draft."""
+def test_a_vocabulary_above_max_vocab_is_refused_for_the_distilled_table_only(tiny, export_dir, folder_draft_model):
+    """The distilled table's build holds the target's distribution after every training position;
+    the bigram (sparse above DENSE_MAX tokens), the n-gram (the contexts and tokens met) and a model
+    draft do not (a 50,257-token GPT-2 runs with them): data.max_vocab=10 refuses distilled only.
+    An n-gram order whose context codes overflow an int64 at the vocabulary is refused too."""
     from src.trial.checks import check_inputs
-    for draft in ("ngram", "distilled"):
-        with pytest.raises(SpecsweepError, match="more than data.max_vocab = 10"):
-            check_inputs(trial_spec(folder_cfg(tiny, export_dir, f"draft={draft}", "data.max_vocab=10")))
-    check_inputs(trial_spec(folder_cfg(tiny, export_dir, "draft=bigram", "data.max_vocab=10")))
-    check_inputs(trial_spec(folder_cfg(tiny, export_dir, "draft=hf_model", f"draft.model.path={folder_draft_model}",
-                                       "data.max_vocab=10")))
+    with pytest.raises(SpecsweepError, match="more than data.max_vocab = 10"):
+        check_inputs(trial_spec(folder_cfg(tiny, export_dir, "draft=distilled", "data.max_vocab=10")))
+    for draft in (["draft=bigram"], ["draft=ngram"], ["draft=hf_model", f"draft.model.path={folder_draft_model}"]):
+        check_inputs(trial_spec(folder_cfg(tiny, export_dir, *draft, "data.max_vocab=10")))
+    with pytest.raises(SpecsweepError, match="ngram order 11 is too long for a vocabulary of 38 tokens"):
+        check_inputs(trial_spec(folder_cfg(tiny, export_dir, "draft=ngram", "draft.order=11")))

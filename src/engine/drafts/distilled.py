@@ -67,6 +67,7 @@ def target_probs(model, ids: torch.Tensor, batch: int = 32) -> torch.Tensor:
 
 class DistilledDraft(TableDraft):
     name = "distilled"
+    dense_vocab_rows = True   # its build holds the target's distribution (V floats) after every training position
 
     def __init__(self, target, train_ids: torch.Tensor, name: str | None = None, *, order: int,
                  distill_chars: int | None, backoff: str, min_count: int, beta: float, prune: float, floor: float,

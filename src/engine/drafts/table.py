@@ -11,7 +11,7 @@ context kept, of every length 0..order, is one row of a CSR table sorted by code
     codes (K,) int64    the context codes, ascending
     lam   (K,) float32  weight of the shorter context's row (the backoff weight)
     ptr   (K+1,) int64  entries of context i are ptr[i]:ptr[i+1]
-    chars (E,) uint8 (int16 for V > 256) next-char ids, ascending within a context; vals (E,)
+    chars (E,) uint8 (int16 for V > 256, int32 for V > 32,768) next-char ids, ascending within a context; vals (E,)
                 float32 the mass added there
 
 The row of a context is the recurrence over its suffixes, shortest first, starting from the
@@ -42,7 +42,11 @@ only when asked for all of it (the verifier's residual after a rejection). Its q
 dense rule's to float rounding (the normalizer is summed in another order), not bit for bit;
 `next_probs` and the other temperatures build dense rows: the recurrence on numpy rows over
 memoized suffix rows, memoized as Python lists with their CDF, per temperature. Memos are cleared
-when they pass `MEMO_LIMIT` rows, and at every `reset`.
+when they pass `MEMO_LIMIT` rows (the memos of dense rows: `dense_memo_limit`, about 2^20 floats,
+so a vocabulary of 50,257 tokens keeps 20 dense rows), and at every `reset`. Nothing else holds a
+row of the vocabulary, so the n-gram draft runs over a subword vocabulary (its table is the
+contexts and entries met in the training split); the distilled draft does not (`dense_vocab_rows`:
+it holds the target's distribution after every training position while it builds).
 
 Tables are cached on disk when the draft is given `cache_dir` and `target_key`: one file per
 (draft class, target, the draft's own settings, the training ids it used), written atomically and
@@ -69,6 +73,12 @@ from .base import Draft
 log = logging.getLogger(__name__)
 
 MEMO_LIMIT = 8192          # rows memoized per memo (a row and its CDF are ~5 KB of Python floats at V = 84)
+MEMO_FLOATS = 1 << 20      # floats a memo of dense rows holds at most: a subword vocabulary (V = 50,257) keeps 20 rows
+
+
+def dense_memo_limit(vocab_size: int) -> int:
+    """Rows a memo of dense rows (V floats each) keeps: MEMO_LIMIT, fewer for a large vocabulary."""
+    return min(MEMO_LIMIT, max(8, MEMO_FLOATS // vocab_size))
 TABLE_KEYS = ("codes", "lam", "ptr", "chars", "vals", "level_contexts")
 FORMAT = 1                 # bump when the table layout or a build's meaning changes
 
@@ -101,7 +111,7 @@ def assemble(levels: list[tuple], vocab_size: int) -> dict:
     counts = torch.cat([lv[2] for lv in levels])
     ptr = torch.zeros(len(codes) + 1, dtype=torch.int64)
     ptr[1:] = counts.cumsum(0)
-    char_dtype = torch.uint8 if vocab_size <= 256 else torch.int16
+    char_dtype = torch.uint8 if vocab_size <= 256 else torch.int16 if vocab_size <= 32768 else torch.int32
     return {"codes": codes.to(torch.int64), "lam": torch.cat([lv[1] for lv in levels]).float(), "ptr": ptr,
             "chars": torch.cat([lv[3] for lv in levels]).to(char_dtype),
             "vals": torch.cat([lv[4] for lv in levels]).float(),
@@ -210,7 +220,8 @@ class TableDraft(Draft):
     name = "table"
     floor_mix = 0.0         # eps of the final (1 - eps) * row + eps / V
     folder_targets = True   # counts over token ids (ngram), or the target's forward over them (distilled)
-    dense_vocab_rows = True  # a row of V floats per context: a subword vocabulary is refused (checks.py)
+    dense_vocab_rows = False  # True: the build holds a row of V floats per training position (distilled):
+                              # a vocabulary above data.max_vocab is refused (checks.py)
     batched = True          # a proposal reads only the context and its uniforms (memos are keyed by
                             # context, so sequences of a batch share them safely)
 
@@ -218,14 +229,20 @@ class TableDraft(Draft):
     def check_options(cls, *, order, **_) -> None:
         check_order(cls.name, order)
 
+    @classmethod
+    def check_vocabulary(cls, order: int, vocab_size: int) -> None:
+        """n-gram codes have order + 1 digits in base V + 1 and must fit an int64 (at V = 50,257:
+        order 3 at most)."""
+        if order + 1 > max_code_digits(vocab_size):
+            raise ValueError(f"{cls.name} order {order} is too long for a vocabulary of {vocab_size:,} tokens "
+                             f"(at most {max_code_digits(vocab_size) - 1}: its context codes must fit an int64)")
+
     def __init__(self, target, train_ids: torch.Tensor, name: str | None, order: int,
                  cache_dir: str | Path | None = None, target_key: str | None = None):
         super().__init__(target, train_ids, name)
         V = self.vocab_size
         check_order(self.name, order)
-        if order + 1 > max_code_digits(V):  # n-gram codes have order + 1 digits
-            raise ValueError(f"{self.name} order {order} is too long for a vocabulary of {V} chars "
-                             f"(at most {max_code_digits(V) - 1})")
+        self.check_vocabulary(order, V)
         if train_ids is None or train_ids.dim() != 1 or len(train_ids) < 2:
             raise ValueError(f"{self.name} needs the training split as a 1-D id tensor of at least 2 chars")
         self.order, self.base = order, V + 1
@@ -290,6 +307,7 @@ class TableDraft(Draft):
         self._uniform = np.full(self.vocab_size, 1.0 / self.vocab_size)
         self._base_rows: dict[int, np.ndarray] = {}  # code -> T=1 row before the floor (any length)
         self._rows: dict[int, tuple] = {}              # code -> (q row, CDF) at self._temperature
+        self._dense_limit = dense_memo_limit(self.vocab_size)  # rows kept in the two memos above
         self._temperature = None
         self._table_rows: dict[int, TableRow | None] = {}    # code -> its entries (None: not in the table)
         self._mixtures: dict[int, MixtureRow] = {}            # code -> q at T = 1 (propose)
@@ -374,7 +392,7 @@ class TableDraft(Draft):
             row[self._chars_np[s:e]] += self._vals_np[s:e]    # float32 values widened exactly; chars unique
         else:
             row = self._suffix_row(code, n)                   # never written to: shared safely
-        if len(self._base_rows) >= MEMO_LIMIT:
+        if len(self._base_rows) >= self._dense_limit:
             self._base_rows.clear()
         self._base_rows[code] = row
         return row
@@ -402,7 +420,7 @@ class TableDraft(Draft):
         # from the last char with mass on, the CDF is exactly 1: rounding never selects a zero-mass char
         last = len(q) - 1 if q[-1] > 0 else int(np.flatnonzero(w)[-1])
         cdf[last:] = [1.0] * (len(cdf) - last)
-        if len(self._rows) >= MEMO_LIMIT:
+        if len(self._rows) >= self._dense_limit:
             self._rows.clear()
         self._rows[code] = hit = (q, cdf)
         return hit
