@@ -115,6 +115,7 @@ from scipy.optimize import least_squares, lsq_linear
 from src.engine.formula import iid_chars_per_pass, seed_speedup
 
 from .load import CELL, KEY
+from .seed_bootstrap import best_gain_interval, seed_groups
 
 log = logging.getLogger(__name__)
 
@@ -469,10 +470,27 @@ def interval_scores(cells: pd.DataFrame) -> dict:
     return out
 
 
-def best_k(cells: pd.DataFrame) -> pd.DataFrame:
+def clear_of_the_others(groups: dict, draft: str, best: int, others: list[int], level: float) -> str:
+    """"yes" / "no" (best_k's clear call from the seed bootstrap), "" where it cannot be made."""
+    against = [groups[(draft, k)] for k in others if (draft, k) in groups]
+    if (draft, best) not in groups or not against:
+        return ""
+    lo, _ = best_gain_interval([groups[(draft, best)]], against, level)
+    return "yes" if lo > 0 else "no"
+
+
+def best_k(cells: pd.DataFrame, pairs: pd.DataFrame | None = None, level: float = 0.95) -> pd.DataFrame:
     """Per draft: the k with the highest measured median speedup, its interval [lo, hi], whether it is
-    clear (its interval lies above every other k's), and the k each model picks among the measured k
-    (among the predicted k for a draft without pair timings, whose measured columns are then blank)."""
+    clear of the others, and the k each model picks among the measured k (among the predicted k
+    for a draft without pair timings, whose measured columns are then blank).
+
+    clear (`clear_of_the_others`, from `pairs`: draft, k, seed, ratio): "yes" where the seed
+    bootstrap's interval at `level` for the best k's gain over the best of the other k (that best
+    re-chosen in every replicate: analysis/seed_bootstrap.py) lies above 0, else "no"; blank with
+    one measured k or without pairs. Pooled intervals are not compared: they leave out the seeds'
+    spread and call equal cells apart far more often than their level says
+    (tests/analysis/test_seed_bootstrap.py)."""
+    groups = seed_groups(pairs) if pairs is not None and len(pairs) else {}
     rows = []
     for draft, g in cells.groupby("draft", sort=True):
         measured = g.dropna(subset=["measured"])
@@ -482,8 +500,8 @@ def best_k(cells: pd.DataFrame) -> pd.DataFrame:
             best = measured.loc[measured["measured"].idxmax()]
             others = measured[measured["k"] != best["k"]]
             row |= {"measured best k": int(best["k"]), "measured": best["measured"], "lo": best["lo"],
-                    "hi": best["hi"], "clear": "" if others.empty else
-                    "yes" if (others["hi"] < best["lo"]).all() else "no"}
+                    "hi": best["hi"], "clear": clear_of_the_others(groups, draft, int(best["k"]),
+                                                                   [int(k) for k in others["k"]], level)}
         pool = measured if len(measured) else g
         for m in (m for m in MODELS if m != "paper" or cells["pred_paper"].notna().any()):  # it needs new drafts
             preds = pool[f"pred_{m}"].dropna()

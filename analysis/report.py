@@ -88,7 +88,7 @@ def build_report(data: SweepData, boots: int = BOOTSTRAP) -> Report:
               optional(model_errors_table, cells),
               optional(fit_table, models),
               optional(outliers_table, models),
-              optional(best_k_table, cells),
+              optional(best_k_table, cells, data.pairs, configured_level(finished)),
               optional(policies_table, cells, data.pairs, configured_level(finished)),
               optional(drafted_table, finished),
               optional(exactness_table, finished)]
@@ -124,7 +124,7 @@ def summary(report: Report, uri: str, experiment: str) -> str:
     if best is not None and not best.empty:
         lines += ["", "Recommendations (speculate only where a measured pooled interval lies above 1):"]
         lines += [f"- {r['draft']}: {r['recommendation']}"
-                  f"{'; the best measured k is not clear of the others (intervals overlap)' if r['clear'] == 'no' else ''}"
+                  f"{'; the seed bootstrap does not tell the best measured k from the next best' if r['clear'] == 'no' else ''}"
                   "."
                   for _, r in best.iterrows()]
     return "\n".join(lines) + "\n"

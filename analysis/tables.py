@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .aggregate import cell_medians
+from .aggregate import DEFAULT_LEVEL, cell_medians
 from .cost_models import (BOOT_LEVEL, BOOTSTRAP, F_SCALE, MAD_FLOOR, OUTLIER_Z, ModelResults, best_k,
                           model_errors)
 
@@ -281,8 +281,8 @@ def recommendation(g: pd.DataFrame) -> str:
     return "; ".join([text] + notes)
 
 
-def best_k_table(cells: pd.DataFrame) -> Table:
-    df = best_k(cells)
+def best_k_table(cells: pd.DataFrame, pairs: pd.DataFrame | None = None, level: float = DEFAULT_LEVEL) -> Table:
+    df = best_k(cells, pairs, level)
     if df.empty:
         return Table("best_k", "Best k", df)
     df["model agrees"] = ["" if pd.isna(m) or pd.isna(k) else "yes" if m == k else "no"
@@ -293,7 +293,8 @@ def best_k_table(cells: pd.DataFrame) -> Table:
                             "paper best k": "paper fit best k"})
     return Table("best_k", "Best k per draft", df, {"measured median": ".2f", "lo": ".2f", "hi": ".2f"},
                  "Measured best k: highest pooled median speedup among the measured k; lo-hi: its interval (see the "
-                 "speedup table); clear: that interval lies above every other k's; model best k: highest prediction "
+                 "speedup table); clear: the seed bootstrap's interval (seeds, then each seed's pairs, resampled) for its "
+                 "gain over the best of the other k, re-chosen in every replicate, lies above 0; model best k: highest prediction "
                  "over the same k. Recommendation: speculate only with a k whose measured pooled interval lies "
                  "above 1 (the "
                  "highest median among those); a draft without pair timings only where the extended model's "

@@ -356,16 +356,27 @@ def test_best_k_from_the_model_matches_the_measured_best_k(report):
                                                   "lies below 1: a slowdown")
 
 
-def test_best_k_is_not_clear_when_intervals_overlap():
+def test_best_k_is_clear_only_where_the_seed_bootstrap_says_so():
+    """k = 2 measures the highest median; its clear call comes from the seeds' pairs, not from the
+    pooled intervals: tight pairs within each seed but seeds spread wide give "no" though the
+    pooled intervals do not overlap; the same cells with k = 2 well ahead give "yes"; without
+    pairs, or with one measured k, no call."""
     cells = pd.DataFrame({"draft": ["d", "d", "d"], "k": [1, 2, 4], "measured": [1.10, 1.12, 0.90],
-                          "lo": [1.00, 1.05, 0.85], "hi": [1.20, 1.18, 0.95]})
+                          "lo": [1.09, 1.115, 0.89], "hi": [1.105, 1.125, 0.91]})
     for m in MODELS:
         cells[f"pred_{m}"] = [1.0, 0.9, 1.1]
-    best = best_k(cells).iloc[0]
-    assert best["measured best k"] == 2 and best["clear"] == "no"  # k=1 reaches 1.20 > 1.05
-    assert best["seed best k"] == 4
-    cells.loc[0, "hi"] = 1.04
-    assert best_k(cells).iloc[0]["clear"] == "yes"
+
+    def pairs_of(centres: dict, seed_spread: float) -> pd.DataFrame:
+        rows = [("d", k, s, c * (1 + seed_spread * (s - 2)) * (1 + 0.001 * i))
+                for k, c in centres.items() for s in range(5) for i in range(8)]
+        return pd.DataFrame(rows, columns=["draft", "k", "seed", "ratio"])
+    spread = pairs_of({1: 1.10, 2: 1.12, 4: 0.90}, 0.05)       # seeds 10% apart: 1.10 vs 1.12 is within that
+    best = best_k(cells, spread).iloc[0]
+    assert best["measured best k"] == 2 and best["clear"] == "no"
+    assert (cells.loc[cells["k"] != 2, "hi"] < cells.loc[cells["k"] == 2, "lo"].item()).all()   # the old rule said yes
+    ahead = pairs_of({1: 1.10, 2: 1.40, 4: 0.90}, 0.05)
+    assert best_k(cells, ahead).iloc[0]["clear"] == "yes"
+    assert best_k(cells).iloc[0]["clear"] == "" and best_k(cells.iloc[1:2], spread).iloc[0]["clear"] == ""
 
 
 def test_a_missing_metric_drops_its_tables_not_the_report(data):
