@@ -17,7 +17,9 @@ from src.paths import REPO
 
 pytestmark = pytest.mark.slow
 
-NOT_COPIED = {".venv", "data", "mlruns", "outputs", "results", ".cluster", ".pytest_cache"}
+# .git too: the copy gets a repository of its own (in a git worktree .git is a file naming the
+# shared repository, and the test's commits would land on the checkout's own branch)
+NOT_COPIED = {".git", ".venv", "data", "mlruns", "outputs", "results", ".cluster", ".pytest_cache"}
 
 
 def copy_checkout(dest: Path) -> Path:
@@ -34,6 +36,7 @@ def git(repo: Path, *args: str) -> None:
 
 def test_a_docs_commit_resumes_and_a_code_change_reruns(tmp_path):
     repo = copy_checkout(tmp_path / "checkout")
+    git(repo, "init", "-q")
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "--allow-empty", "-m", "the copy as it is")
     store = tmp_path / "store"
