@@ -4,7 +4,9 @@ A GPT-2-small-shaped target (12 layers, width 768, 12 heads, 50,257 tokens, 1,02
 124 M parameters) and a 2-layer model of the same vocabulary and width, with random weights
 (timing does not depend on their values), are written as transformers checkpoints into a
 temporary folder and run through the adapter of `model=hf` (src/engine/hf_model.py), one torch
-thread as in a trial. Per model, one row:
+thread as in a trial, on each engine of `--engines` (eager: over transformers' DynamicCache;
+compiled: torch.compile over its StaticCache of `--positions` slots, one graph per pass width,
+compiled in each pass's untimed first call). Per model and engine, one row:
 
 - params, the checkpoint's size, the load time (`load_checkpoint`: config, weights, tokenizer;
   safetensors are memory-mapped, so pages are read on first use, in the prefill before the
@@ -14,13 +16,16 @@ thread as in a trial. Per model, one row:
 - t1: one-token pass over a cache of `--context` tokens, and tv(w) / t1 for verify passes of
   w = k + 1 tokens at k = 1, 2, 4, 8: the verify-cost curve (near 1: verifying k drafts costs a
   step; near w: each token costs its own pass);
-- the draft's cost c = t1(draft) / t1(target), what one drafted token costs in target passes.
+- the draft's cost c = t1(draft) / t1(target) on the same engine, what one drafted token costs
+  in target passes.
 
-Every pass is timed in interleaved rounds (`timing.interleaved_medians`), the same cache prefix
-each time (the pass's entries are dropped before the next: a rewind).
+Each engine loads its own copy of the model (so `peak GiB` covers the engines' copies loaded so
+far, and `load s` is the load of that copy). A model's passes on every engine are timed in the
+same interleaved rounds (`timing.interleaved_medians`), so the engines' t1 are compared side by
+side; the same cache prefix each time (the pass's entries are dropped before the next: a rewind).
 
     python -m src.bench.folder_model                      # GPT-2 small and a 2-layer draft
-    python -m src.bench.folder_model --layers 6 --context 256
+    python -m src.bench.folder_model --layers 6 --context 256 --engines eager
 """
 from __future__ import annotations
 
@@ -33,6 +38,7 @@ from pathlib import Path
 
 import torch
 
+from ..engine.engines import Engine
 from ..engine.errors import ArgParser, at_least
 from ..engine.hf_model import load_checkpoint
 from ..engine.library import _transformers, rewind
@@ -64,20 +70,24 @@ def peak_rss_gib() -> float:
 
 
 @torch.no_grad()
-def pass_times(model, context: int, rounds: int) -> dict[str, float]:
-    """name -> median seconds of a pass of w tokens at position `context` over a cache of that many."""
-    gen = torch.Generator().manual_seed(0)
-    ids = torch.randint(0, model.cfg.vocab_size, (1, context + max(KS) + 1), generator=gen)
-    pos = torch.arange(ids.shape[1])
-    model.setup_cache()
-    model(ids[:, :context], pos[:context])
+def pass_times(models: dict, context: int, rounds: int) -> dict[tuple[str, int], float]:
+    """(engine, w) -> median seconds of a pass of w tokens at position `context` over a cache of
+    that many, every engine's model timed in the same rounds."""
+    blocks = {}
+    for name, model in models.items():
+        gen = torch.Generator().manual_seed(0)
+        ids = torch.randint(0, model.cfg.vocab_size, (1, context + max(KS) + 1), generator=gen)
+        pos = torch.arange(ids.shape[1])
+        model.setup_cache()
+        model(ids[:, :context], pos[:context])
 
-    def at(w: int):
-        def run():
-            model(ids[:, context:context + w], pos[context:context + w])
-            rewind(model.cache, context)
-        return run
-    blocks = {f"w{w}": (at(w), 3) for w in (1, *(k + 1 for k in KS))}
+        def at(model, ids, pos, w: int):
+            def run():
+                model(ids[:, context:context + w], pos[context:context + w])
+                if not model.static:   # a static cache is rewound by the next pass itself
+                    rewind(model.cache, context)
+            return run
+        blocks |= {(name, w): (at(model, ids, pos, w), 3) for w in (1, *(k + 1 for k in KS))}
     return interleaved_medians(blocks, rounds)
 
 
@@ -91,13 +101,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--positions", type=at_least(2), default=1024)
     ap.add_argument("--context", type=at_least(1), default=128, help="cached tokens before the timed passes")
     ap.add_argument("--rounds", type=at_least(1), default=11)
+    ap.add_argument("--engines", default="eager,compiled", help="comma-separated, of eager and compiled")
     args = ap.parse_args(argv)
+    engines = args.engines.split(",")
+    if not engines or set(engines) - {"eager", "compiled"} or len(set(engines)) != len(engines):
+        ap.error(f"--engines {args.engines!r}: a comma-separated list of eager and compiled, each once")
     if args.width % args.heads:
         ap.error(f"--width ({args.width}) must be a multiple of --heads ({args.heads})")
     if args.context + max(KS) + 1 > args.positions:
         ap.error(f"--context {args.context} + {max(KS) + 1} exceeds --positions {args.positions}")
     torch.set_num_threads(1)
-    rows, t1_target = [], None
+    rows, t1_target = [], {}
     print(f"torch threads 1; peak resident memory before loading: {peak_rss_gib():.2f} GiB", flush=True)
     with tempfile.TemporaryDirectory(prefix="folder-model-") as tmp:
         for role, layers in (("target", args.layers), ("draft", args.draft_layers)):
@@ -105,20 +119,25 @@ def main(argv: list[str] | None = None) -> int:
             with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:   # its memory is not ours
                 pool.submit(write_model, folder, layers, args.width, args.heads, args.vocab, args.positions).result()
             size = sum(p.stat().st_size for p in folder.iterdir()) / 2 ** 20
-            t0 = time.perf_counter()
-            model, _ = load_checkpoint(folder)
-            load_s = time.perf_counter() - t0
-            times = pass_times(model, args.context, args.rounds)
+            models, loaded = {}, {}
+            for name in engines:
+                t0 = time.perf_counter()
+                model, _ = load_checkpoint(folder)
+                loaded[name] = (time.perf_counter() - t0, peak_rss_gib(), model.n_params())
+                models[name] = Engine(name).wrap(model, role) if name == "compiled" else model
+            times = pass_times(models, args.context, args.rounds)
             rss = peak_rss_gib()
-            t1 = times["w1"]
-            t1_target = t1_target or t1
-            row = {"model": f"{role} ({layers} layers)", "params M": model.n_params() / 1e6, "folder MB": size,
-                   "load s": load_s, "peak GiB": rss, "t1 ms": t1 * 1e3}
-            row |= {f"tv(k={k})/t1": times[f"w{k + 1}"] / t1 for k in KS}
-            row["c"] = t1 / t1_target
-            rows.append(row)
+            for name in engines:
+                t1 = times[name, 1]
+                t1_target.setdefault(name, t1)
+                load_s, _, params = loaded[name]
+                row = {"model": f"{role} ({layers} layers)", "engine": name, "params M": params / 1e6,
+                       "folder MB": size, "load s": load_s, "peak GiB": rss, "t1 ms": t1 * 1e3}
+                row |= {f"tv(k={k})/t1": times[name, k + 1] / t1 for k in KS}
+                row["c"] = t1 / t1_target[name]
+                rows.append(row)
             print(f"{role}: measured", flush=True)
-            del model
+            del model, models
     names = list(rows[0])
     print("| " + " | ".join(names) + " |\n|" + "---|" * len(names))
     for r in rows:

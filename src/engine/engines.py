@@ -21,7 +21,9 @@ run on the same engine.
   eager forward on the same input (`disagreement`, at most AGREEMENT): a tampered or wrong
   cached file is refused for the target and never used for a draft. A draft's model whose graph
   cannot be compiled (or disagrees) falls back to eager, said in `fallbacks`; the target's is
-  refused (strict).
+  refused (strict). A model from a folder (model=hf) is compiled through its own
+  `compile_pass`: transformers' forward over a StaticCache, on a twin that shares its weights
+  (src/engine/hf_model.py).
 
 - `transformers`: Hugging Face transformers' own `generate` runs both arms (src/engine/library.py,
   src/trial/library.py); `wrap` leaves the tool's model eager (the exactness check and the
@@ -76,7 +78,8 @@ class Engine:
     def wrap_draft(self, draft) -> None:
         """Run a model draft's own model (ModelDraft.model) on this engine, in place."""
         inner = getattr(draft, "model", None)
-        if self.name not in ("eager", "transformers") and isinstance(inner, Transformer):
+        runs_here = isinstance(inner, Transformer) or hasattr(inner, "compile_pass")   # the tool's, or a folder's
+        if self.name not in ("eager", "transformers") and runs_here:
             draft.model = self.wrap(inner, f"draft {draft.name}", strict=False)
 
     def compile_report(self) -> dict:
@@ -132,7 +135,11 @@ class CompiledModel:
                  strict: bool = True):
         _raise_dynamo_limits()
         self.model, self.label, self.cache_dir, self.strict = model, label, cache_dir, strict
-        self.compiled = torch.compile(model, dynamic=False, fullgraph=True, mode=mode, options=options or None)
+        if hasattr(model, "compile_pass"):   # a model from a folder (hf_model.HFModel): a twin over a static cache
+            self.model = model.with_static_cache()
+            self.compiled = self.model.compile_pass(mode, options)
+        else:
+            self.compiled = torch.compile(model, dynamic=False, fullgraph=True, mode=mode, options=options or None)
         self.compile_s: dict[tuple, float] = {}
         self.fallback: str | None = None
 

@@ -17,6 +17,10 @@ returns an `HFModel` and an `HFTokenizer`: the interface the tool's loops use of
   slots after the committed tokens (`move_cache`). Whether an architecture honours such a mask is
   tried on the model once, when a tree's cache is first set up (`takes_tree_mask`); one that does
   not is refused in one line. Batches of several sequences are refused in one line.
+  On engine=compiled (`compile_pass`, on the twin `with_static_cache` makes: the same weights) the
+  cache is transformers' `StaticCache` of block_size slots instead, allocated once; a pass at position p sets every layer's write count back to p
+  (the rewind) and the causal mask hides the slots from p + width on; the model's forward over it
+  runs through torch.compile, one graph per pass width; chains only.
 - `HFTokenizer` encodes with the checkpoint's tokenizer, no special tokens added; a text it
   cannot encode is refused in one line. Counters the tool calls chars are then tokens.
 
@@ -85,10 +89,17 @@ class HFModel(nn.Module):
         if window is None and max_len is None:
             raise SpecsweepError(f"{type(hf).__name__}'s config names no context window: set model.max_len")
         block = min(v for v in (window, max_len) if v is not None)
+        self.max_len = max_len
         self.cfg = HFShape(int(hf.get_output_embeddings().weight.shape[0]), int(block))
         self.register_buffer("causal", torch.zeros(0, device=next(hf.parameters()).device), persistent=False)
         self.cache = None
         self._tree_mask: bool | None = None   # takes_tree_mask's answer, once tried
+        self.static = False   # a static cache (engine=compiled: `compile_pass`), else a DynamicCache
+        self._static = None   # the static cache, allocated once and kept: a compiled graph holds its tensors
+
+    @property
+    def _cache_batch(self) -> int:   # the Transformer's name for it: the rows of the cache set up, 0 without
+        return 1 if self.cache is not None else 0
 
     def n_params(self) -> int:
         return sum(p.numel() for p in self.hf.parameters())
@@ -96,10 +107,67 @@ class HFModel(nn.Module):
     def setup_cache(self, batch: int = 1, extra: int = 0) -> None:
         if batch != 1:
             raise SpecsweepError("a model from a folder decodes one sequence at a time here (batch=1)")
+        if extra and self.static:
+            raise SpecsweepError("engine=compiled verifies chains on a model from a folder: use verify=chain "
+                                 "(trees run on engine=eager)")
         if extra and not self.takes_tree_mask():
             raise SpecsweepError(f"{type(self.hf).__name__} does not honour a custom 4D attention mask, which a "
                                  "tree's verify pass needs: use verify=chain")
-        self.cache = _transformers().DynamicCache(config=self.hf.config)
+        if not self.static:
+            self.cache = _transformers().DynamicCache(config=self.hf.config)
+            return
+        if self._static is None:
+            t = _transformers()
+            cache = t.StaticCache(config=self.hf.config, max_cache_len=self.cfg.block_size)
+            odd = {type(layer).__name__ for layer in cache.layers} - {"StaticLayer"}
+            if odd:
+                raise SpecsweepError(f"engine=compiled: {type(self.hf).__name__}'s static cache has {', '.join(sorted(odd))} "
+                                     "layers, whose writes a rewind cannot move back here: use engine=eager")
+            self._static = cache
+        self.cache = self._static
+
+    def use_static_cache(self) -> None:
+        """From now on the cache is transformers' StaticCache (see compile_pass); one set up already
+        is replaced by it (its contents are gone)."""
+        had = self.cache is not None
+        self.static, self.cache = True, None
+        if had:
+            self.setup_cache()
+
+    def with_static_cache(self) -> "HFModel":
+        """A twin over a static cache of its own, sharing this model's weights: the compiled
+        engine runs the twin, so a model loaded once serves trials on every engine."""
+        twin = HFModel(self.hf, self.max_len)
+        twin._tree_mask = self._tree_mask
+        twin.use_static_cache()
+        return twin
+
+    def set_write_count(self, start: int) -> None:
+        """The static cache's rewind: every layer writes its next keys and values at slot `start`,
+        and the causal mask hides the slots from there on."""
+        for layer in self.cache.layers:
+            layer.cumulative_length.fill_(start)
+
+    def compile_pass(self, mode: str | None = None, options: dict | None = None):
+        """This model with its cached pass through torch.compile (the compiled engine runs it on
+        `with_static_cache`'s twin): a callable with the forward's signature. The cache is
+        transformers' StaticCache of block_size slots (model.max_len, else the config's window:
+        every pass attends over all of them, the slots not yet written masked), allocated once
+        and kept, so the graph's shapes never change; a pass at position p first sets every
+        layer's write count to p (a rewind), so rejecting drafts stays a rewind of the position.
+        The checks and that count run eager, the model's forward over the cache compiled: one
+        graph per pass width."""
+        if not self.static:
+            raise ValueError("compile_pass runs over a static cache: call use_static_cache first")
+        step = torch.compile(self._pass, dynamic=False, fullgraph=True, mode=mode, options=options or None)
+
+        def run(idx, input_pos=None, slots=None, mask=None, *, return_hidden: bool = False):
+            return self.forward(idx, input_pos, slots, mask, return_hidden=return_hidden, step=step)
+        return run
+
+    def _pass(self, idx: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+        """The model over its cache (a static one: written from each layer's count on)."""
+        return self.hf(input_ids=idx, position_ids=position_ids, past_key_values=self.cache, use_cache=True).logits.float()
 
     def drop_cache(self) -> None:
         self.cache = None
@@ -155,7 +223,7 @@ class HFModel(nn.Module):
                 self.setup_cache()
 
     def forward(self, idx: torch.Tensor, input_pos: torch.Tensor | None = None, slots: torch.Tensor | None = None,
-                mask: torch.Tensor | None = None, *, return_hidden: bool = False):
+                mask: torch.Tensor | None = None, *, return_hidden: bool = False, step=None):
         if return_hidden:
             raise SpecsweepError("a model from a folder gives no hidden state to a draft: use a draft that does not "
                                  "read the target's")
@@ -174,6 +242,13 @@ class HFModel(nn.Module):
         have = self.cache.get_seq_length()
         if start > have:
             raise ValueError(f"a pass at slot {start} over a cache of {have} tokens: slots must follow on")
+        if self.static:
+            if mask is not None:
+                raise ValueError("a static cache takes no tree mask here")
+            if start + width > self.cfg.block_size:
+                raise ValueError(f"a pass up to slot {start + width} over a static cache of {self.cfg.block_size}")
+            self.set_write_count(start)
+            return (step or self._pass)(idx, input_pos.view(1, -1))
         rewind(self.cache, start)   # what was cached from `start` on is replaced
         extra = {}
         if mask is not None:        # (width, S) over cache slots: query i sees slot j

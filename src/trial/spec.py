@@ -234,19 +234,23 @@ def folder_model(node, where: str = "model") -> dict:
 def check_folder_target(target: "TargetSpec", draft: "DraftSpec", engine: "EngineSpec", tree, batch: int) -> None:
     """What a model from a folder runs here: one sequence, on engine=eager (the tool's loop, a chain
     or a tree, with a draft whose class says `folder_targets` (bigram, ngram, distilled,
-    int8_kernels) or a draft model from a folder, draft=hf_model) or engine=transformers (the
-    library's loop, with draft=hf_model as the assistant model or draft=prompt_lookup); a draft
-    model from a folder runs on those two engines too. Anything else in one line; an architecture
-    that does not honour a tree's 4D mask is refused when the model is loaded (HFModel.setup_cache)."""
+    int8_kernels) or a draft model from a folder, draft=hf_model), engine=compiled (the tool's
+    loop, chains only, over a static cache) or engine=transformers (the library's loop, with
+    draft=hf_model as the assistant model or draft=prompt_lookup); a draft model from a folder
+    runs on those three engines too. Anything else in one line; an architecture that does not
+    honour a tree's 4D mask is refused when the model is loaded (HFModel.setup_cache)."""
     folder_draft = draft.model is not None and is_folder_model(draft.model.model)
     if folder_draft and engine.name not in FOLDER_ENGINES:
-        raise SpecsweepError(f"draft {draft.name!r}: a draft model from a folder runs on engine=eager or "
-                             f"engine=transformers here, not engine={engine.name}")
+        raise SpecsweepError(f"draft {draft.name!r}: a draft model from a folder runs on engine={', '.join(FOLDER_ENGINES)} "
+                             f"here, not engine={engine.name}")
     if not is_folder_model(target.model):
         return
     if engine.name not in FOLDER_ENGINES:
-        raise SpecsweepError(f"model=hf runs on engine=eager (the tool's loop) or engine=transformers (the library's) "
-                             f"here, not engine={engine.name}")
+        raise SpecsweepError(f"model=hf runs on engine=eager or compiled (the tool's loop) or engine=transformers "
+                             f"(the library's) here, not engine={engine.name}")
+    if engine.name == "compiled" and tree is not None:
+        raise SpecsweepError("model=hf with engine=compiled verifies chains (a static cache takes no tree mask "
+                             "here): use verify=chain, or verify=tree on engine=eager")
     if batch > 1:
         raise SpecsweepError(f"model=hf decodes one sequence at a time here: use batch=1, not batch={batch}")
     cls = draft_class(draft.cls)
@@ -261,7 +265,7 @@ def check_folder_target(target: "TargetSpec", draft: "DraftSpec", engine: "Engin
                              "model from a folder (draft=hf_model draft.model.path=DIR)")
 
 
-FOLDER_ENGINES = ("eager", "transformers")   # the engines a model from a folder runs on here
+FOLDER_ENGINES = ("eager", "compiled", "transformers")   # the engines a model from a folder runs on here
 
 
 def model_shape(node, where: str = "model") -> dict:

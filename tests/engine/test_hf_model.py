@@ -4,12 +4,14 @@ checkpoints with random weights, made here (no hub), run the tool's chain and tr
 
 Exactness per position: the chars the loop emits on each architecture, position by position
 given the emitted prefix, against the model's exact distribution (a chi-square test per
-position at p < ALPHA = 1e-4; 6 loops (3 architectures with the bigram, 2 with the int8 copy, a
-tree on Llama) x 6 positions: a correct loop fails with probability < 0.4%). The negative
-controls: an adapter that does not rewind its cache after a rejection, and a tree mask handed
-over as 0/1 instead of 0/-inf: the same test must reject each at p < 1e-6; the first's cached
-passes, and those of a tree whose accepted path is not moved in the cache, differ from the full
-forward.
+position at p < ALPHA = 1e-4; 7 loops (3 architectures with the bigram, Llama over the static
+cache engine=compiled uses, 2 with the int8 copy, a tree on Llama) x 6 positions: a correct loop
+fails with probability < 0.5%). The negative controls: an adapter that does not rewind its cache
+after a rejection (a DynamicCache not cropped, a static cache whose write count is not set
+back), and a tree mask handed over as 0/1 instead of 0/-inf: the same test must reject each at
+p < 1e-6; the first's cached passes, and those of a tree whose accepted path is not moved in the
+cache, differ from the full forward. The compiled engine on each architecture: its passes equal
+the full forward and its greedy loops eager decoding.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from src.engine.errors import SpecsweepError
 from src.engine.hf_model import MARKER, HFModel, char_tokenizer, export_checkpoint, load_checkpoint
 from src.engine.library import _transformers
 from tests.chisquare import varying_multinomial_test
+from tests.engine.test_engines import engine, engine_cache  # noqa: F401 - a fixture
 
 ALPHA = 1e-4
 ARCHS = ("gpt2", "llama", "qwen2")
@@ -82,15 +85,30 @@ class NoRewind(HFModel):
         self.cache.crop = lambda n: None
 
 
+class NoRewindStatic(HFModel):
+    """NEGATIVE CONTROL: a static cache (engine=compiled's) whose write count is set back only for
+    a new sequence, never after a rejection: a pass after one writes after the rejected drafts
+    and attends to them."""
+
+    def __init__(self, hf):
+        super().__init__(hf)
+        self.use_static_cache()
+
+    def set_write_count(self, start: int) -> None:
+        if start == 0:
+            super().set_write_count(0)
+
+
 def cached_vs_full(model, ids: list[int]) -> float:
-    """Largest |logit difference| between the cached passes of a loop that rewinds (widths 3, a
-    rejection back by 2, then on) and one full forward over the ids those passes saw."""
+    """Largest |logit difference| between the cached passes of a loop that rewinds (5 drafts
+    rejected, then a pass of 4 from the same position: a stale entry stays in the slot after it)
+    and one full forward over the ids those passes saw."""
     P = 8
     model.setup_cache()
     pos = torch.arange(len(ids))
     with torch.no_grad():
         model(torch.tensor([ids[:P]]), pos[:P])
-        model(torch.tensor([[9, 9, 9]]), pos[P:P + 3])                      # drafts that get rejected
+        model(torch.tensor([[9] * 5]), pos[P:P + 5])                        # drafts that get rejected
         got = model(torch.tensor([ids[P:P + 4]]), pos[P:P + 4])            # the rewind: position P again
         with model.cache_set_aside():
             want = model(torch.tensor([ids[:P + 4]]))[:, P:]
@@ -139,6 +157,39 @@ def test_cached_passes_with_rewinds_equal_the_full_forward(tiny, checkpoints, ar
 
 
 @pytest.mark.parametrize("arch", ARCHS)
+def test_a_static_cache_with_rewinds_equals_the_full_forward(tiny, checkpoints, arch):
+    """engine=compiled's cache (transformers' StaticCache, rewound by setting its write count back),
+    run eager; the compiled passes over it are checked in test_the_compiled_engine_..."""
+    _, corpus, target = tiny
+    ids = target.tokenizer.encode(corpus.text[:40]).tolist()
+    model, _ = load_checkpoint(checkpoints[arch])
+    model.use_static_cache()
+    assert cached_vs_full(model, ids) < 1e-4
+    assert cached_vs_full(NoRewindStatic(model.hf), ids) > 1e-2             # negative control
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ARCHS)
+def test_the_compiled_engine_runs_a_model_from_a_folder_as_eager_does(tiny, checkpoints, engine_cache, arch):
+    """Its passes over the static cache with rewinds equal the full forward; greedy, its baseline
+    and its chains (k = 1, 3) emit eager decoding's tokens; one graph per pass width, none rerun."""
+    cfg, corpus, target = tiny
+    ids = target.tokenizer.encode(corpus.text[:40]).tolist()
+    model, tok = load_checkpoint(checkpoints[arch])
+    prompt = tok.encode(cfg.prompt)
+    base = generate_baseline(model, prompt, 40, 0.0, torch.Generator().manual_seed(0)).tokens
+    e = engine("compiled", engine_cache)
+    runner = e.wrap(model)
+    assert runner.model.static and not model.static and cached_vs_full(runner, ids) < 1e-4   # a twin: model untouched
+    assert generate_baseline(runner, prompt, 40, 0.0, torch.Generator().manual_seed(0)).tokens == base
+    for k in (1, 3):
+        assert generate_speculative(runner, bigram(tiny, runner), prompt, 40, k, 0.0,
+                                    torch.Generator().manual_seed(0)).tokens == base, k
+    widths = {8, 5, 4, len(prompt) - 1, 1, 2}   # cached_vs_full's, the prefill (the prompt less its last), k + 1
+    assert {key[0][1] for key in runner.compile_s} == widths and not runner.fallback
+
+
+@pytest.mark.parametrize("arch", ARCHS)
 def test_greedy_speculative_equals_greedy_decoding(tiny, checkpoints, arch):
     """Chains of k = 1 and 3, and trees of widths (2, 1) and (3, 2, 1)."""
     cfg, _, target = tiny
@@ -181,10 +232,20 @@ def test_the_loop_keeps_the_models_law_at_every_position(tiny, checkpoints, arch
 
 
 @pytest.mark.slow
-def test_the_law_test_catches_a_cache_that_is_not_rewound(tiny, checkpoints):
+def test_the_loop_over_a_static_cache_keeps_the_models_law(tiny, checkpoints):
     cfg, _, target = tiny
     model, tok = load_checkpoint(checkpoints["llama"])
-    broken = NoRewind(model.hf)
+    model.use_static_cache()
+    for m, pv in loop_law(model, bigram(tiny, model), tok.encode(cfg.prompt).tolist(), 2, 6, 600):
+        assert pv > ALPHA, f"static cache: position {m} p = {pv:.2e}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("broken_cls", [NoRewind, NoRewindStatic])
+def test_the_law_test_catches_a_cache_that_is_not_rewound(tiny, checkpoints, broken_cls):
+    cfg, _, target = tiny
+    model, tok = load_checkpoint(checkpoints["llama"])
+    broken = broken_cls(model.hf)
     results = loop_law(broken, bigram(tiny, broken), tok.encode(cfg.prompt).tolist(), 2, 6, 600)
     assert min(pv for _, pv in results) < 1e-6, results
 

@@ -56,7 +56,8 @@ def test_an_exported_target_gives_the_built_in_models_counters(tiny, export_dir,
 
 
 @pytest.mark.parametrize("overrides,message", [
-    (["engine=compiled"], "model=hf runs on engine=eager (the tool's loop) or engine=transformers"),
+    (["engine=onnx"], "model=hf runs on engine=eager or compiled (the tool's loop) or engine=transformers"),
+    (["engine=compiled", "verify=tree", "verify.widths=[2,1]", "k=2"], "engine=compiled verifies chains"),
     (["engine=transformers", "draft=bigram"], "no counterpart in transformers' generate for model=hf"),
     (["engine=transformers", "draft=prompt_lookup", "verify=tree", "verify.widths=[2,1]", "k=2"],
      "engine=transformers verifies chains only"),
@@ -176,6 +177,21 @@ def test_the_library_loop_runs_a_model_from_a_folder_as_the_tools_loop_does(tiny
         r = run_trial(trial_spec(folder_cfg(tiny, export_dir, *drafting, "engine=transformers")), progress=False)
         m = r.metrics
         assert m["target_passes"] + m["accepted"] == m["baseline_passes"] and m["proposed"] > 0
+
+
+@pytest.mark.slow
+def test_the_compiled_engine_gives_a_model_from_a_folder_the_eager_counters(tiny, export_dir, noisy_export):
+    """engine=compiled on model=hf (a static cache, one graph per pass width) against
+    engine=eager, sampled: the same counters and text for a table draft and for a draft model
+    from a folder, whose model runs compiled too (no fallback to eager)."""
+    for draft in (["draft=ngram", "k=4"], ["draft=hf_model", f"draft.model.path={noisy_export}", "k=2"]):
+        runs = {e: run_trial(trial_spec(folder_cfg(tiny, export_dir, *draft, f"engine={e}")), progress=False)
+                for e in ("eager", "compiled")}
+        eager, compiled = runs["eager"], runs["compiled"]
+        assert {c: compiled.metrics[c] for c in COUNTERS} == {c: eager.metrics[c] for c in COUNTERS}, draft
+        assert compiled.text == eager.text and compiled.info["engine"] == "compiled"
+        assert compiled.metrics["compiled_graphs"] >= (3 if draft[0] == "draft=ngram" else 5)
+        assert not any(k.startswith("engine_fallback") for k in compiled.info), compiled.info
 
 
 def test_a_tree_over_a_model_from_a_folder_with_model_drafts(tiny, export_dir, noisy_export):
