@@ -88,6 +88,7 @@ CASES = [   # (tool, args, message)
     ("retrain", ["--nosuch"], "unrecognized arguments: --nosuch"),
     ("folder", ["--width", "100", "--heads", "12"], "must be a multiple of --heads"),
     ("folder", ["--context", "2000"], "exceeds --positions 1024"),
+    ("folder", ["--engines", "eager,onnx"], "a comma-separated list of eager and compiled"),
 ]
 
 
