@@ -2,17 +2,25 @@
 
 Counters and component times of a cell are the median over its seeds. Speedup is pooled over
 ALL timed pairs of all seeds of the cell (the pair ratios baseline time / speculative time):
-their median, the distribution-free interval for that median at the trials' configured
-confidence (`timing.confidence`, order statistics as src/engine/timing.py computes per trial:
-[X_(j), X_(n+1-j)] of the n pooled ratios with the largest j whose coverage
-1 - 2 BinomCDF(j - 1; n, 1/2) is at least the level), its exact coverage for those n pairs,
+their median, an interval for it at the trials' configured confidence (`timing.confidence`),
 and their [min, max] (the range, kept for the figures' reading of the scatter). The median of
 the per-seed medians is given beside them.
 
+The interval holds the seeds' spread as well as the timing noise. A seed draws its own text, and
+its chars per pass (so its speedup) moves with it: pooled pairs are not draws from one
+distribution, and an interval that treats them so calls equal cells apart far too often
+(tests/analysis/test_seed_bootstrap.py). So with two seeds or more the interval is the seed
+bootstrap's (analysis/seed_bootstrap.median_interval_seeds: seeds resampled, then each drawn
+seed's pairs; its percentile interval at the level, widened for few seeds as Student's t is
+wider than the normal), `interval` = "seed bootstrap" and `confidence` the level. A cell of one seed says nothing of the seeds' spread; its interval is the
+distribution-free one for the median of its pairs (order statistics as src/engine/timing.py
+computes per trial: [X_(j), X_(n+1-j)] with the largest j whose coverage
+1 - 2 BinomCDF(j - 1; n, 1/2) is at least the level), `interval` = "pairs (1 seed)" and
+`confidence` its exact coverage for those n pairs: the timing noise of one text only.
+
 With adaptive pairs the seeds of a cell contribute different numbers of pairs (a noisy trial
-adds more), so the pooled median weighs each seed by its pairs; the interval treats the pooled
-ratios as draws from one distribution, which the seeds (same cell, different sampled text)
-approximate.
+adds more), so the pooled median weighs each seed by its pairs; the bootstrap gives each drawn
+seed its own number of pairs, as the pooled median does.
 """
 from __future__ import annotations
 
@@ -21,6 +29,7 @@ import pandas as pd
 from src.engine.timing import median_interval
 
 from .load import CELL, FINISHED, KEY
+from .seed_bootstrap import median_interval_seeds
 
 DEFAULT_LEVEL = 0.95  # timing.confidence of runs that did not log one
 
@@ -42,14 +51,20 @@ def configured_level(finished: pd.DataFrame) -> float:
 
 
 def pooled_speedup(pairs: pd.DataFrame, level: float = DEFAULT_LEVEL) -> pd.DataFrame:
-    """draft, k, pairs, median, lo, hi, confidence (the interval for the median at `level` and its
-    coverage), min, max (pooled over every pair of every seed), seed_median."""
+    """draft, k, pairs, seeds, median, lo, hi, confidence, interval (the interval for the median at
+    `level`, its confidence and its kind: module docstring), min, max (pooled over every pair of
+    every seed), seed_median."""
     rows = []
-    for cell, ratios in pairs.groupby(CELL, sort=True)["ratio"]:
-        xs = ratios.tolist()
-        lo, hi, coverage = median_interval(xs, level)
-        rows.append((*cell, len(xs), ratios.median(), lo, hi, coverage, min(xs), max(xs)))
-    out = pd.DataFrame(rows, columns=CELL + ["pairs", "median", "lo", "hi", "confidence", "min", "max"])
+    for cell, g in pairs.groupby(CELL, sort=True):
+        xs = g["ratio"].tolist()
+        per_seed = [s.to_numpy(dtype=float) for _, s in g.groupby("seed", sort=True)["ratio"]]
+        if len(per_seed) >= 2:
+            (lo, hi), coverage, kind = median_interval_seeds(per_seed, level), level, "seed bootstrap"
+        else:
+            (lo, hi, coverage), kind = median_interval(xs, level), "pairs (1 seed)"
+        rows.append((*cell, len(xs), len(per_seed), g["ratio"].median(), lo, hi, coverage, kind, min(xs), max(xs)))
+    out = pd.DataFrame(rows, columns=CELL + ["pairs", "seeds", "median", "lo", "hi", "confidence", "interval", "min",
+                                             "max"])
     per_seed = pairs.groupby(KEY)["ratio"].median().groupby(CELL).median().rename("seed_median")
     return out.merge(per_seed.reset_index(), on=CELL, how="left") if len(out) else out.assign(seed_median=[])
 

@@ -2,7 +2,7 @@
 k their cap).
 
 - `policies_table`: per draft, its best fixed k and each adaptive policy at its best cap, with
-  the pooled intervals, the gain (policy median / fixed median - 1) and its interval from a
+  their intervals (aggregate.py: the seed bootstrap's), the gain (policy median / fixed median - 1) and its interval from a
   bootstrap over seeds (seed_bootstrap.py), which tells them apart or not.
 - `drafted_table`: how long an adaptive policy's passes were (the mean and the share of passes
   drafting j chars) and the acceptance of char i among the passes that drafted it.

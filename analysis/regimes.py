@@ -4,7 +4,8 @@ A regime is an (engine, batch) pair. Each regime's trials get a report of their 
 model's verify-cost line and loop overheads fitted on that regime's trials alone, its pays map),
 and the tables here put the regimes side by side:
 
-- `regimes_table`: each draft's best measured k per regime, with its pooled interval and verdict.
+- `regimes_table`: each draft's best measured k per regime, with its interval (aggregate.py: the
+  seed bootstrap's with 2 seeds or more) and verdict.
 - `batch_table`: each draft's best cell against the batch size B per engine, and its break-even
   batch (`break_even`): where its best speedup falls below 1x.
 - `verify_cost_table`: what a verify pass costs per engine and B, tv(B, k+1) / t(B, 1).
@@ -56,7 +57,7 @@ def verdict(lo: float, hi: float) -> str:
 
 
 def regimes_table(cells: dict[Regime, pd.DataFrame]) -> Table:
-    """Per draft and regime, the best measured k with its pooled interval, and whether it pays
+    """Per draft and regime, the best measured k with its interval, and whether it pays
     (the interval above 1), does not (below 1) or is not demonstrated (it straddles 1).
     cells: each regime's report cells (draft, k, measured, lo, hi)."""
     rows = []

@@ -122,7 +122,7 @@ def summary(report: Report, uri: str, experiment: str) -> str:
                       f"{d} k={k} seed={seed} ({', '.join(what)})" for (d, k, seed), what in per_trial.items()) + "."]
     best = next((t.df for t in report.tables if t.name == "best_k"), None)
     if best is not None and not best.empty:
-        lines += ["", "Recommendations (speculate only where a measured pooled interval lies above 1):"]
+        lines += ["", "Recommendations (speculate only where a measured interval lies above 1):"]
         lines += [f"- {r['draft']}: {r['recommendation']}"
                   f"{'; the seed bootstrap does not tell the best measured k from the next best' if r['clear'] == 'no' else ''}"
                   "."

@@ -110,11 +110,14 @@ def speedup_table(finished: pd.DataFrame, speedup: pd.DataFrame) -> Table:
     return Table("speedup", "Measured speedup", df,
                  {"chars per pass": ".2f", "median": ".2f", "lo": ".2f", "hi": ".2f", "min": ".2f", "max": ".2f",
                   "median of seed medians": ".2f", "interval confidence": ".4f"},
-                 "Speedup = baseline time / speculative time of one alternated pair. median, lo-hi, min and max "
-                 "are over ALL pairs of all seeds of the cell (pooled ratios); lo-hi = the distribution-free "
-                 "interval for the median at the trials' timing.confidence (order statistics X_(j), X_(n+1-j) "
-                 "of the n pooled ratios), interval confidence = its exact coverage for n pairs; the verdict "
-                 "reads it. min-max: the range of the pooled ratios. Timing flags: worst IQR/median "
+                 "Speedup = baseline time / speculative time of one alternated pair. median, min and max "
+                 "are over ALL pairs of all seeds of the cell (pooled ratios); lo-hi = the interval for that "
+                 "median at the trials' timing.confidence: with 2 seeds or more (interval = seed bootstrap) "
+                 "the percentile interval of the seed bootstrap (seeds resampled, then each seed's pairs), "
+                 "which holds the seeds' spread, interval confidence = the level; with 1 seed (interval = "
+                 "pairs (1 seed)) the distribution-free interval of its pairs (order statistics X_(j), "
+                 "X_(n+1-j)), interval confidence = its exact coverage for n pairs, the timing noise of one "
+                 "text only. The verdict reads lo-hi. min-max: the range of the pooled ratios. Timing flags: worst IQR/median "
                  f"of an arm over the cell's trials (> {SPREAD_WARN:.0%} noisy, > {SPREAD_BAD:.0%} unreliable), "
                  f"CPU/wall below {CPU_WALL_LOW}. CPU models: distinct cpu_model tags of the cell's trials (a "
                  "missing tag counts as 'unknown'); more than one: the pooled pairs mix CPUs (flagged).")
@@ -231,7 +234,7 @@ def where_1(lo: float, hi: float) -> str:
 
 def recommendation(g: pd.DataFrame) -> str:
     """One draft's cells -> what to do, with the reason. "speculate with k = K" only where the cell's
-    measured pooled interval [lo, hi] lies above 1, or, for a draft without pair timings, where the extended
+    measured interval [lo, hi] (aggregate.pooled_speedup: the seed bootstrap's) lies above 1, or, for a draft without pair timings, where the extended
     model's spread over its fits does; otherwise "not demonstrated" and why. Where the model's best k
     is not the recommended (or best measured) k, the text says what that k measured; a cell whose pairs
     come from several CPU models (column cpu_models, where present) says so."""
@@ -295,8 +298,8 @@ def best_k_table(cells: pd.DataFrame, pairs: pd.DataFrame | None = None, level: 
                  "Measured best k: highest pooled median speedup among the measured k; lo-hi: its interval (see the "
                  "speedup table); clear: the seed bootstrap's interval (seeds, then each seed's pairs, resampled) for its "
                  "gain over the best of the other k, re-chosen in every replicate, lies above 0; model best k: highest prediction "
-                 "over the same k. Recommendation: speculate only with a k whose measured pooled interval lies "
-                 "above 1 (the "
+                 "over the same k. Recommendation: speculate only with a k whose measured interval (the speedup "
+                 "table's lo-hi) lies above 1 (the "
                  "highest median among those); a draft without pair timings only where the extended model's "
                  "spread over its fits (all drafts, each draft left out) lies above 1. Otherwise not "
                  "demonstrated, with the reason; where the model prefers another k, what that k measured.")

@@ -201,13 +201,21 @@ def test_a_planted_straddling_cell_in_a_noisy_report(noisy):
     assert best.loc["bigram", "recommendation"].startswith("speculate with k = 2 (measured ")
     assert best.loc["int8", "recommendation"].startswith("not demonstrated: best measured k = 1")
     assert "lies below 1: a slowdown" in best.loc["int8", "recommendation"]
-    # without bigram k=2's pairs: k=1 (planted 1.17x), whose 15 pairs range over 1.00-1.42 (straddling 1)
-    # while the 96.5% interval for their median, 1.08-1.24, lies above 1
+    # without bigram k=2's pairs: k=1 (planted 1.17-1.18x over its seeds) has the highest median, 1.20x,
+    # but its 3 seeds' noisy pairs spread so that the seed bootstrap's interval straddles 1 (the order
+    # statistics of the 15 pooled pairs, 1.08-1.24, would have lain above 1); k=4 (planted 1.15-1.19x),
+    # whose interval lies above 1, is the one recommended, and the text says what k=1 measured
     data = noisy_data()
     bigram = data.pairs["draft"] == "bigram"
     data.pairs = data.pairs[~(bigram & (data.pairs["k"] == 2))]
-    rec = table(build_report(data, boots=0), "best_k").set_index("draft").loc["bigram", "recommendation"]
-    assert rec.startswith("speculate with k = 1 (measured 1.20x, interval 1.08-1.24 lies above 1)"), rec
+    rep = build_report(data, boots=0)
+    speed = table(rep, "speedup").set_index(["draft", "k"])
+    k1, k4 = speed.loc[("bigram", 1)], speed.loc[("bigram", 4)]
+    assert k1["median"] > k4["median"] and k1["lo"] < 1 < k4["lo"] and k1["interval"] == "seed bootstrap"
+    rec = table(rep, "best_k").set_index("draft").loc["bigram", "recommendation"]
+    assert rec.startswith(f"speculate with k = 4 (measured {k4['median']:.2f}x, interval {k4['lo']:.2f}-"
+                          f"{k4['hi']:.2f} lies above 1); k = 1 measured a higher median, {k1['median']:.2f}x, "
+                          f"interval {k1['lo']:.2f}-{k1['hi']:.2f} straddles 1"), rec
     # bigram k=8 (planted 0.98x) from one seed's 5 pairs: the interval is their [min, max], 0.98-1.07
     # at 93.75% (short of 95%: said in the speedup table), which straddles 1
     data.pairs = data.pairs[~bigram | ((data.pairs["k"] == 8) & (data.pairs["seed"] == 1))]
