@@ -182,16 +182,17 @@ def test_the_library_loop_runs_a_model_from_a_folder_as_the_tools_loop_does(tiny
 @pytest.mark.slow
 def test_the_compiled_engine_gives_a_model_from_a_folder_the_eager_counters(tiny, export_dir, noisy_export):
     """engine=compiled on model=hf (a static cache, one graph per pass width) against
-    engine=eager, sampled: the same counters and text for a table draft and for a draft model
-    from a folder, whose model runs compiled too (no fallback to eager)."""
-    for draft in (["draft=ngram", "k=4"], ["draft=hf_model", f"draft.model.path={noisy_export}", "k=2"]):
-        runs = {e: run_trial(trial_spec(folder_cfg(tiny, export_dir, *draft, f"engine={e}")), progress=False)
-                for e in ("eager", "compiled")}
-        eager, compiled = runs["eager"], runs["compiled"]
-        assert {c: compiled.metrics[c] for c in COUNTERS} == {c: eager.metrics[c] for c in COUNTERS}, draft
-        assert compiled.text == eager.text and compiled.info["engine"] == "compiled"
-        assert compiled.metrics["compiled_graphs"] >= (3 if draft[0] == "draft=ngram" else 5)
-        assert not any(k.startswith("engine_fallback") for k in compiled.info), compiled.info
+    engine=eager, sampled: the same counters and text with a draft model from a folder, whose
+    model runs compiled too (no fallback to eager: the target's graphs and the draft's, 5 or more).
+    One draft: a compiled trial spends most of its time compiling; the target's path does not depend on it."""
+    draft = ["draft=hf_model", f"draft.model.path={noisy_export}", "k=2"]
+    runs = {e: run_trial(trial_spec(folder_cfg(tiny, export_dir, *draft, f"engine={e}")), progress=False)
+            for e in ("eager", "compiled")}
+    eager, compiled = runs["eager"], runs["compiled"]
+    assert {c: compiled.metrics[c] for c in COUNTERS} == {c: eager.metrics[c] for c in COUNTERS}
+    assert compiled.text == eager.text and compiled.info["engine"] == "compiled"
+    assert compiled.metrics["compiled_graphs"] >= 5
+    assert not any(k.startswith("engine_fallback") for k in compiled.info), compiled.info
 
 
 def test_a_tree_over_a_model_from_a_folder_with_model_drafts(tiny, export_dir, noisy_export):
