@@ -29,7 +29,7 @@ import pandas as pd
 from src.engine.timing import median_interval
 
 from .load import CELL, FINISHED, KEY
-from .seed_bootstrap import median_interval_seeds
+from .seed_bootstrap import median_interval_seeds, seed_groups
 
 DEFAULT_LEVEL = 0.95  # timing.confidence of runs that did not log one
 
@@ -54,10 +54,10 @@ def pooled_speedup(pairs: pd.DataFrame, level: float = DEFAULT_LEVEL) -> pd.Data
     """draft, k, pairs, seeds, median, lo, hi, confidence, interval (the interval for the median at
     `level`, its confidence and its kind: module docstring), min, max (pooled over every pair of
     every seed), seed_median."""
-    rows = []
+    rows, seeds = [], seed_groups(pairs)
     for cell, g in pairs.groupby(CELL, sort=True):
         xs = g["ratio"].tolist()
-        per_seed = [s.to_numpy(dtype=float) for _, s in g.groupby("seed", sort=True)["ratio"]]
+        per_seed = seeds[(cell[0], int(cell[1]))]
         if len(per_seed) >= 2:
             (lo, hi), coverage, kind = median_interval_seeds(per_seed, level), level, "seed bootstrap"
         else:
