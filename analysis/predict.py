@@ -5,6 +5,7 @@
     python -m analysis.predict draft=distilled verify=tree          # the drafts_tree sweep's shapes
     python -m analysis.predict draft=ngram --fit-sweep ID           # with a sweep's fitted loop overheads
     python -m analysis.predict draft=ngram engine=compiled batch=16 # another engine, a batch of 16 sequences
+    python -m analysis.predict draft=ngram engine=eager,compiled batch=1,4,16   # per regime; break-even batch
     python -m analysis.predict --validate --sweep-id ID [--fit-sweep ID --fit-drafts bigram,int8,int4]
 
 Any `KEY=VALUE` is a Hydra override of conf/ (as for `python -m src.run`); `k=` takes a comma list.
@@ -37,7 +38,26 @@ its drafts in `--fit-drafts`; fitted on that sweep's machine, so the overheads i
 carry over only to a machine of that speed); without it all three are
 0 and the output says so. With them 0 and tv = t1 the formula is the seed's cpp / (1 + k c).
 The recommended setting is the one with the highest predicted speedup; where none is above 1x, the
-advice is not to speculate.
+advice is not to speculate; where its interval reaches 1x, the advice says the probes cannot tell it
+from no gain.
+
+Interval (lo-hi): how far the probes' own sampling and timing spread move the prediction
+(`replicates`): 2,000 bootstrap replicates, each resampling the sampled sequences (a batch probe: its
+runs) for the chars per pass and the drafted chars per pass, the timing rounds (one draw of round
+indices for t1, tv and td: they were timed interleaved, a round at one machine speed) for the
+component times, and a table draft's cold-cost replays for its td; the central 95%. The loop
+overheads are held at their values, and the cost model's own error is not in it (--validate
+measures that). On planted probes of 16 sequences and 15 rounds it covers the true speedup 93.8% of
+the time (tests/analysis/test_predict_interval.py): a little short of 95%, as a bootstrap of 16
+sequences and of a median over 15 rounds is.
+
+Regimes: `engine=` and `batch=` take comma lists; each (engine, batch) regime is predicted in turn
+(a regime none of whose settings can run, such as onnx at B > 1, is left out with its reason before
+any is measured), then the best predicted setting per regime, its interval the best re-chosen in
+each replicate (`best_over_settings`), and per engine with two batch sizes or more the predicted
+break-even batch (`break_even_table`: where the best predicted speedup, and its interval's lower and
+upper ends, fall below 1x, linear in log2 B between the sizes given, the rule of the report's
+measured batch table).
 
 --validate predicts every cell of a finished sweep (same target, temperature and n_chars as its
 trials, drafts built as the trials built them) and prints, per cell, predicted and measured (the
@@ -60,8 +80,9 @@ at (B, width): the same formula then predicts the throughput speedup. --validate
 engine and batch from its label; other settings of the sweep (batch_prompts, ...) are overrides.
 
 A k the draft or the context window cannot take is left out with a line saying why. Bad input
-(unknown draft, no setting left, a bad k list, no such store or sweep, another target than the
-sweep's) ends with one line on stderr and exit status 2; the command writes no file of its own.
+(unknown draft, no setting or regime left, a bad k, engine or batch list, engine= or batch= with
+--validate, no such store or sweep, another target than the sweep's) ends with one line on stderr
+and exit status 2; the command writes no file of its own.
 """
 from __future__ import annotations
 
@@ -77,14 +98,77 @@ from .formula import Overheads, chars_per_pass, iid_chars_per_pass, seed_speedup
 
 DEFAULT_KS = (1, 2, 4, 8, 16)
 TREE_SWEEP = "drafts_tree"      # verify=tree without verify.widths: this sweep's shapes
+INTERVAL_LEVEL = 0.95           # the predicted speedup's interval: central share of the replicates
+INTERVAL_REPS = 2000            # bootstrap replicates of the probes
+INTERVAL_SEED = 0               # seeded: a prediction's interval is reproducible from its probes
 
 
 # ---- the math: analysis/formula.py --------------------------------------------------------------
-def prediction_table(survival, costs: dict, overheads: Overheads, a: float | None = None) -> pd.DataFrame:
-    """One row per setting: k (or tree shape), cpp, c, tv/t1, the seed formula cpp / (1 + n c) and
-    the predicted speedup. costs: label -> dict(k, target_pass_us, verify_pass_us, draft_char_us,
-    nodes, optionally cpp (else chars_per_pass(survival, k)) and draft_char_us_warm); survival:
-    S_1.. for chains; a: the first position's overlap, for the i.i.d. column (chains)."""
+@dataclass(frozen=True)
+class Spread:
+    """What one setting's probes drew, kept for its interval (`replicates`).
+
+    units: one row per sampled sequence (a batch probe: per run), (chars, passes, drafted): the
+    setting's chars per pass is sum(chars) / sum(passes), its drafted chars (nodes) per pass
+    sum(drafted) / sum(passes). rounds: "target", "verify", "draft" -> one time per timing round in
+    us (the draft per drafted char), as measure.component_times keeps them. replays: a table draft's
+    cold cost per drafted char, one per replay (`replay_draft_costs`), times draft_scale (B at a
+    batch of B), which then stands for the draft time instead of the rounds'."""
+    units: np.ndarray
+    rounds: dict
+    replays: tuple = ()
+    draft_scale: float = 1.0
+
+
+def replicates(m: dict, overheads: Overheads, reps: int = INTERVAL_REPS,
+               rng: np.random.Generator | None = None) -> np.ndarray:
+    """`reps` bootstrap replicates of one setting's predicted speedup from its probes (m["spread"]):
+    the sequences (units) resampled with replacement for cpp and the drafted chars per pass; the
+    timing rounds resampled with replacement, one draw of round indices for t1, tv and td together
+    (they were timed interleaved, a round at one machine speed), each the median over the drawn
+    rounds as the point estimate is over all rounds; a table draft's replays resampled for td. The
+    loop overheads are held at their values. A setting without a spread gives its point value."""
+    rng = rng if rng is not None else np.random.default_rng(INTERVAL_SEED)
+    sp: Spread | None = m.get("spread")
+    if sp is None:
+        return np.full(reps, float(speedup(m["cpp"], m["target_pass_us"], m["verify_pass_us"], m["draft_char_us"],
+                                           m["nodes"], overheads)))
+    u = np.asarray(sp.units, dtype=float)
+    pick = rng.integers(0, len(u), (reps, len(u)))
+    passes = u[pick, 1].sum(1)
+    cpp, nodes = u[pick, 0].sum(1) / passes, u[pick, 2].sum(1) / passes
+    r = {name: np.asarray(v, dtype=float) for name, v in sp.rounds.items()}
+    rounds = rng.integers(0, len(r["target"]), (reps, len(r["target"])))
+    t1, tv, td = (np.median(r[name][rounds], axis=1) for name in ("target", "verify", "draft"))
+    if sp.replays:
+        replays = np.asarray(sp.replays, dtype=float)
+        td = sp.draft_scale * np.median(replays[rng.integers(0, len(replays), (reps, len(replays)))], axis=1)
+    return np.asarray(speedup(cpp, t1, tv, td, nodes, overheads), dtype=float)
+
+
+def interval(values: np.ndarray, level: float = INTERVAL_LEVEL) -> tuple[float, float]:
+    """The central `level` percentile interval of bootstrap replicates."""
+    tail = (1 - level) / 2 * 100
+    lo, hi = np.percentile(values, [tail, 100 - tail])
+    return float(lo), float(hi)
+
+
+def setting_replicates(costs: dict, overheads: Overheads, reps: int = INTERVAL_REPS) -> dict:
+    """label -> its replicates (`replicates`), the settings drawn one after another from one
+    seeded generator (each setting's probes are its own runs: independent draws)."""
+    rng = np.random.default_rng(INTERVAL_SEED)
+    return {label: replicates(m, overheads, reps, rng) for label, m in costs.items()}
+
+
+def prediction_table(survival, costs: dict, overheads: Overheads, a: float | None = None,
+                     level: float = INTERVAL_LEVEL) -> pd.DataFrame:
+    """One row per setting: k (or tree shape), cpp, c, tv/t1, the seed formula cpp / (1 + n c),
+    the predicted speedup and, where the costs carry their probes' spread (`Spread`), its interval
+    lo-hi at `level` (`replicates`). costs: label -> dict(k, target_pass_us, verify_pass_us,
+    draft_char_us, nodes, optionally cpp (else chars_per_pass(survival, k)), draft_char_us_warm and
+    spread); survival: S_1.. for chains; a: the first position's overlap, for the i.i.d. column
+    (chains)."""
+    reps = setting_replicates(costs, overheads) if all("spread" in m for m in costs.values()) else None
     rows = []
     for label, m in costs.items():
         cpp = m["cpp"] if "cpp" in m else chars_per_pass(survival, m["k"])
@@ -96,8 +180,48 @@ def prediction_table(survival, costs: dict, overheads: Overheads, a: float | Non
             row["c warm"] = m["draft_char_us_warm"] / t1
         row |= {"c": td / t1, "tv/t1": tv / t1, "seed formula": seed_speedup(cpp, n, td / t1),
                 "predicted": float(speedup(cpp, t1, tv, td, n, overheads))}
+        if reps is not None:
+            row["lo"], row["hi"] = interval(reps[label], level)
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def best_over_settings(costs: dict, overheads: Overheads, level: float = INTERVAL_LEVEL) -> dict:
+    """The best predicted setting and the interval of the best speedup over settings, the best
+    re-chosen in each replicate (the largest of the settings' r-th replicates): (setting, its k,
+    predicted point, lo, hi). Where the settings are close, the replicates pick different ones,
+    and the interval says so instead of carrying the chosen setting's alone."""
+    table = prediction_table(np.zeros(0), costs, overheads)
+    best = table.loc[table["predicted"].idxmax()]
+    lo, hi = interval(np.max(np.stack(list(setting_replicates(costs, overheads).values())), axis=0), level)
+    return {"setting": best["setting"], "k": int(best["k"]), "predicted": float(best["predicted"]), "lo": lo, "hi": hi}
+
+
+def break_even_table(best: pd.DataFrame) -> pd.DataFrame:
+    """Per engine measured at two batch sizes or more, the predicted break-even batch: best: one row
+    per regime (engine, batch, predicted, lo, hi, setting) from `best_over_settings`. Each engine's row gives the best
+    prediction at each B and where the point, the lower and the upper ends fall below 1x
+    (analysis.regimes.break_even: linear in log2 B between the grid's sizes; '> B' it pays at every
+    B, '< B' at none), the same rule as the report's measured batch table."""
+    from .regimes import batch_label, break_even
+    rows = []
+    for engine, g in best.groupby("engine", sort=True):
+        if g["batch"].nunique() < 2:   # one batch size: no crossing to place
+            continue
+        g = g.sort_values("batch")
+        bs = g["batch"].astype(int).tolist()
+        row = {"engine": engine}
+        for r in g.itertuples():
+            row[f"B={r.batch}"] = f"{r.predicted:.2f} [{r.lo:.2f}-{r.hi:.2f}] {setting_label(r.setting)}"
+        point, first, last = break_even(bs, g["predicted"].tolist(), g["lo"].tolist(), g["hi"].tolist())
+        row["break-even B"] = f"{batch_label(point, bs)} [{batch_label(first, bs)} - {batch_label(last, bs)}]"
+        row["_point"], row["_lo"], row["_hi"] = point, first, last
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def setting_label(setting) -> str:
+    return f"tree {setting}" if isinstance(setting, str) else f"k={int(setting)}"
 
 
 def ape_summary(cells: pd.DataFrame, paper_drafts) -> pd.DataFrame:
@@ -133,22 +257,46 @@ def split_args(argv: list[str]) -> tuple[list[str], list[str]]:
 NO_VALUE = {"--validate", "-h", "--help"}
 
 
+def positive_ints(key: str, value: str) -> list[int]:
+    """The sorted distinct integers of a `key=` comma list, each >= 1, else one line of bad input."""
+    from src.engine.errors import SpecsweepError
+    try:
+        values = sorted({int(v) for v in value.split(",") if v.strip()})
+    except ValueError:
+        values = []
+    if not values or values[0] < 1:
+        raise SpecsweepError(f"{key} must be a comma list of integers >= 1, got {value!r}")
+    return values
+
+
 def parse_ks(overrides: list[str]) -> tuple[list[int] | None, list[str]]:
     """(the ks of a `k=` override, None if absent; the other overrides)."""
-    from src.engine.errors import SpecsweepError
     ks, rest = None, []
     for o in overrides:
         key, _, value = o.partition("=")
         if key == "k":
-            try:
-                ks = sorted({int(v) for v in value.split(",") if v.strip()})
-            except ValueError:
-                raise SpecsweepError(f"k must be a comma list of integers >= 1, got {value!r}") from None
-            if not ks or ks[0] < 1:
-                raise SpecsweepError(f"k must be a comma list of integers >= 1, got {value!r}")
+            ks = positive_ints(key, value)
         else:
             rest.append(o)
     return ks, rest
+
+
+def parse_regimes(overrides: list[str]) -> tuple[list[str] | None, list[int] | None, list[str]]:
+    """(the engines of an `engine=` comma list, the sizes of a `batch=` comma list, each None if
+    absent; the other overrides). Several of either: one prediction per (engine, batch) regime."""
+    from src.engine.errors import SpecsweepError
+    engines, batches, rest = None, None, []
+    for o in overrides:
+        key, _, value = o.partition("=")
+        if key == "engine":
+            engines = list(dict.fromkeys(v.strip() for v in value.split(",") if v.strip()))
+            if not engines:
+                raise SpecsweepError(f"engine must be a comma list of engines, got {value!r}")
+        elif key == "batch":
+            batches = positive_ints(key, value)
+        else:
+            rest.append(o)
+    return engines, batches, rest
 
 
 def compose(overrides: list[str]):
@@ -195,13 +343,15 @@ def settings(cfg, ks: list[int], shapes) -> dict:
         try:
             spec = trial_spec(c)
         except SpecsweepError as e:
-            refused.append(f"{'tree ' + tree_label(widths) if widths else f'k={k}'} ({e})")
+            refused.append((f"{'tree ' + tree_label(widths) if widths else f'k={k}'}", str(e)))
             continue
         out[tree_label(widths) if widths else k] = spec
-    if refused:
-        print("left out: " + "; ".join(refused))
-    if not out:
-        raise SpecsweepError("no setting left to predict: " + "; ".join(refused))
+    said = "; ".join(f"{label} ({why})" for label, why in refused)
+    if refused and out:
+        print("left out: " + said)
+    if not out:   # one reason for every setting (the regime itself is refused): said once
+        raise SpecsweepError("no setting left to predict: "
+                             + (refused[0][1] if len({why for _, why in refused}) == 1 else said))
     return out
 
 
@@ -220,8 +370,8 @@ def measure(cfg, ks: list[int], shapes, seqs: int, every: int, seed: int, loaded
     import time
 
     import torch
-    from src.engine.acceptance import loop_survival, mean_overlap, sample_text, tree_chars
-    from src.engine.measure import measure_cost, replay_draft_cost
+    from src.engine.acceptance import loop_survival, mean_overlap, sample_text, tree_chars_rows
+    from src.engine.measure import measure_cost, replay_draft_costs
     from src.engine.tree import build_tree
     from src.engine.engines import Engine
     from src.trial.load import build_draft, load_target
@@ -241,7 +391,7 @@ def measure(cfg, ks: list[int], shapes, seqs: int, every: int, seed: int, loaded
     T, n = first.temperature, first.n_chars
     seq, p = sample_text(model, prompt, seqs, n, seed, T)
     a = float("nan") if draft.library_only else mean_overlap(draft, seq, p, T)   # prompt lookup: no q of its own
-    survival, trees, chains = np.zeros(0), {}, {}
+    survival, trees, chains, units = np.zeros(0), {}, {}, {}
     if first.engine.name == "transformers":
         return measure_library(chosen, target, draft, prompt, a, seqs, seed, rounds, t0)
     if first.batch > 1:
@@ -250,25 +400,35 @@ def measure(cfg, ks: list[int], shapes, seqs: int, every: int, seed: int, loaded
         return measure_policy(chosen, model, draft, target, prompt, seq, a, seqs, seed, rounds, t0)
     if shapes:
         for label, c in chosen.items():
-            trees[label] = tree_chars(model, draft, seq, n, c.tree, T, seed, every)
-    else:  # each k at the loop's own pass starts: seqs generations of n_chars
+            rows = tree_chars_rows(model, draft, seq, n, c.tree, T, seed, every)
+            units[label] = np.array([(chars, trees_, nodes) for chars, nodes, trees_ in rows], dtype=float)
+            count = units[label][:, 1].sum()
+            trees[label] = (units[label][:, 0].sum() / count, units[label][:, 2].sum() / count)
+    else:  # each k at the loop's own pass starts: seqs generations of n_chars, one seed each
         for label, c in chosen.items():
-            s, _, _ = loop_survival(model, draft, prompt, n, c.k, T, range(seed, seed + seqs))
-            chains[label] = s.numpy()
+            runs = [loop_survival(model, draft, prompt, n, c.k, T, [s]) for s in range(seed, seed + seqs)]
+            totals = [surv.numpy() * passes for surv, passes, _ in runs]       # survival summed over passes
+            passes = sum(p for _, p, _ in runs)
+            chains[label] = sum(totals) / passes
+            units[label] = np.array([(p + t.sum(), p, p * c.k) for t, (_, p, _) in zip(totals, runs)], dtype=float)
         survival = chains[max(chosen, key=lambda label: chosen[label].k)]
     costs, gen = {}, torch.Generator().manual_seed(seed)
     with timing_lock(first.timing):
         for label, c in chosen.items():
-            m = measure_cost(model, draft, prompt, c.k, T, c.timing.cost_reps, c.device, rounds, c.tree)
+            m = measure_cost(model, draft, prompt, c.k, T, c.timing.cost_reps, c.device, rounds, c.tree,
+                             keep_rounds=True)
             m = {"k": c.k, **m, "nodes": trees[label][1] if shapes else c.k}
             m["cpp"] = trees[label][0] if shapes else chars_per_pass(chains[label], c.k)
+            replays = ()
             if hasattr(draft, "clear_memos"):  # rows built on first use: the loop pays the cold cost
                 def one_pass(prefix, k=c.k, widths=c.tree):
                     if widths is None:
                         return len(draft.propose(prefix, k, T, gen)[0])
                     return build_tree(draft, prefix, widths, T, gen).n_nodes
+                replays = tuple(replay_draft_costs(draft, seq, n, m["cpp"], one_pass))
                 m["draft_char_us_warm"] = m["draft_char_us"]
-                m["draft_char_us"] = replay_draft_cost(draft, seq, n, m["cpp"], one_pass)
+                m["draft_char_us"] = float(np.median(replays))
+            m["spread"] = Spread(units[label], m.pop("rounds_us"), replays)
             costs[label] = m
     return Measured(target.key, a, survival, costs, time.perf_counter() - t0)
 
@@ -285,7 +445,7 @@ def measure_policy(chosen: dict, model, draft, target, prompt: list[int], seq, a
 
     import torch
     from src.engine.decode import generate_baseline, generate_speculative
-    from src.engine.measure import measure_cost, replay_draft_cost
+    from src.engine.measure import measure_cost, replay_draft_costs
     from src.trial.timing_lock import timing_lock
     from src.trial.policies import build_policy
     first = next(iter(chosen.values()))
@@ -301,13 +461,18 @@ def measure_policy(chosen: dict, model, draft, target, prompt: list[int], seq, a
         lengths = Counter(j for g in runs for j, _ in g.passes_log)
         shares = {j: m / passes for j, m in sorted(lengths.items())}
         with timing_lock(c.timing):
-            m = measure_cost(model, draft, prompt, c.k, T, c.timing.cost_reps, c.device, rounds, drafted=shares)
+            m = measure_cost(model, draft, prompt, c.k, T, c.timing.cost_reps, c.device, rounds, drafted=shares,
+                             keep_rounds=True)
         m |= {"k": c.k, "nodes": sum(j * share for j, share in shares.items()),
               "cpp": sum(g.chars_emitted for g in runs) / passes}
+        replays = ()
         if hasattr(draft, "clear_memos"):  # rows built on first use: the loop pays the cold cost
+            replays = tuple(replay_draft_costs(draft, seq, n, m["cpp"],
+                                               lambda prefix, k=c.k: len(draft.propose(prefix, k, T, gen)[0])))
             m["draft_char_us_warm"] = m["draft_char_us"]
-            m["draft_char_us"] = replay_draft_cost(draft, seq, n, m["cpp"],
-                                                   lambda prefix, k=c.k: len(draft.propose(prefix, k, T, gen)[0]))
+            m["draft_char_us"] = float(np.median(replays))
+        units = [(g.chars_emitted, g.draft_calls, sum(j for j, _ in g.passes_log)) for g in runs]
+        m["spread"] = Spread(np.array(units, dtype=float), m.pop("rounds_us"), replays)
         costs[label] = m
     return Measured(target.key, a, np.zeros(0), costs, time.perf_counter() - t0)
 
@@ -323,7 +488,7 @@ def measure_batch(chosen: dict, model, draft, corpus, target, seq, a: float, seq
 
     import torch
     from src.engine.batch import generate_speculative_batch, stream_generators
-    from src.engine.measure import measure_batch_cost, replay_draft_cost
+    from src.engine.measure import measure_batch_cost, replay_draft_costs
     from src.trial.batched import batch_prompts
     from src.trial.timing_lock import timing_lock
     first = next(iter(chosen.values()))
@@ -333,16 +498,21 @@ def measure_batch(chosen: dict, model, draft, corpus, target, seq, a: float, seq
     for label, c in chosen.items():
         runs = [generate_speculative_batch(model, draft, prompts, n, c.k, T, stream_generators(s, B, c.device),
                                            track_overlap=False) for s in range(seed, seed + seqs)]
-        cpp[label] = float(np.mean([np.mean(g.chars) / g.target_passes for g in runs]))
+        cpp[label] = [float(np.mean(g.chars) / g.target_passes) for g in runs]   # one per run
     costs, gen = {}, torch.Generator().manual_seed(seed)
     with timing_lock(first.timing):
         for label, c in chosen.items():
-            m = measure_batch_cost(model, draft, prompts, c.k, T, c.timing.cost_reps, c.device, rounds)
-            m |= {"k": c.k, "nodes": c.k, "cpp": cpp[label]}
+            m = measure_batch_cost(model, draft, prompts, c.k, T, c.timing.cost_reps, c.device, rounds,
+                                   keep_rounds=True)
+            m |= {"k": c.k, "nodes": c.k, "cpp": float(np.mean(cpp[label]))}
+            replays = ()
             if hasattr(draft, "clear_memos"):  # rows built on first use: the loop pays the cold cost
+                replays = tuple(replay_draft_costs(
+                    draft, seq, n, m["cpp"], lambda prefix, k=c.k: len(draft.propose(prefix, k, T, gen)[0])))
                 m["draft_char_us_warm"] = m["draft_char_us"]
-                m["draft_char_us"] = B * replay_draft_cost(
-                    draft, seq, n, m["cpp"], lambda prefix, k=c.k: len(draft.propose(prefix, k, T, gen)[0]))
+                m["draft_char_us"] = B * float(np.median(replays))
+            units = np.array([(x, 1.0, c.k) for x in cpp[label]])   # a run's mean over its sequences
+            m["spread"] = Spread(units, m.pop("rounds_us"), replays, float(B))
             costs[label] = m
     return Measured(target.key, a, np.zeros(0), costs, time.perf_counter() - t0)
 
@@ -375,10 +545,12 @@ def measure_library(chosen: dict, target, draft, prompt: list[int], a: float, se
             return loop.baseline(prompt, n, seed)
         with timing_lock(c.timing):
             m = library_cost(loop, prompt, c.k, c.timing.cost_reps, rounds, c.device, base_run=(base, n),
-                             drafted=shares if len(shares) > 1 else None)
+                             drafted=shares if len(shares) > 1 else None, keep_rounds=True)
         loop.close()
         m |= {"k": c.k, "nodes": sum(j * share for j, share in shares.items()),
               "cpp": sum(g.chars_emitted for g in runs) / passes}
+        units = [(g.chars_emitted, g.target_passes, sum(j for j, _ in g.passes_log)) for g in runs]
+        m["spread"] = Spread(np.array(units, dtype=float), m.pop("rounds_us"))
         o_base.append(m["base_pass_us"] - m["target_pass_us"])
         costs[label] = m
     o = float(np.median(o_base))
@@ -420,10 +592,25 @@ def print_prediction(name: str, m: Measured, table: pd.DataFrame, o: Overheads, 
     print(f"loop overheads: {o.source}" + (f": o_base {o.o_base:.1f} us, o_pass {o.o_pass:.1f} us, "
                                            f"gamma {o.gamma:.3f}" if not o.source.startswith("none") else ""))
     print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    if "lo" in table:
+        print(f"lo-hi: the central {INTERVAL_LEVEL:.0%} of {INTERVAL_REPS} bootstrap replicates of the probes "
+              "(sequences, timing rounds, a table draft's replays); the loop overheads and the cost model's own "
+              "error are not in it (--validate measures that)")
+    print(recommendation(table))
+
+
+def recommendation(table: pd.DataFrame) -> str:
+    """The advice line: the setting with the highest predicted speedup; 'do not speculate' when none
+    is above 1x; where its interval reaches 1x, the probes cannot tell it from no gain, and it says so."""
     best = table.loc[table["predicted"].idxmax()]
-    verdict = "speculate" if best["predicted"] > 1 else "do not speculate (no setting predicted above 1x)"
-    setting = f"tree {best['setting']}" if isinstance(best["setting"], str) else f"k={int(best['k'])}"
-    print(f"recommended: {verdict}: {setting} (predicted {best['predicted']:.2f}x)")
+    setting = setting_label(best["setting"])
+    if best["predicted"] <= 1:
+        return f"recommended: do not speculate (no setting predicted above 1x; best {setting} at {best['predicted']:.2f}x)"
+    text = f"recommended: speculate: {setting} (predicted {best['predicted']:.2f}x"
+    if "lo" not in best:
+        return text + ")"
+    text += f" [{best['lo']:.2f}-{best['hi']:.2f}])"
+    return text + ("" if best["lo"] > 1 else ": its interval reaches 1x, the probes cannot tell it from no gain")
 
 
 def validate_sweep(args, overrides: list[str], o: Overheads) -> pd.DataFrame:
@@ -500,23 +687,80 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     return args, overrides
 
 
+def predict_regimes(args, overrides: list[str], ks: list[int], engines: list[str] | None,
+                    batches: list[int] | None, o: Overheads, loaded=None) -> pd.DataFrame:
+    """One prediction per (engine, batch) regime of the lists (None: the config's own), each printed
+    as a single prediction is; then, with more than one regime, the best predicted setting per
+    regime with the interval of the best re-chosen per replicate (`best_over_settings`) and, with
+    more than one batch size, the predicted break-even batch per engine (`break_even_table`).
+    Every regime's settings are checked before any is measured: a regime with none left (onnx at
+    B > 1, say) is left out with a line saying why; none left at all is bad input. Returns the
+    per-regime best rows."""
+    import contextlib
+    import io
+    from src.engine.errors import SpecsweepError
+    from src.trial.load import load_target
+    from src.trial.spec import trial_spec
+    plan, refused = [], []
+    for engine in engines or [None]:
+        for b in batches or [None]:
+            extra = ([f"engine={engine}"] if engine else []) + ([f"batch={b}"] if b else [])
+            cfg = compose([*overrides, *extra])
+            shapes = tree_shapes(cfg, overrides)
+            try:
+                with contextlib.redirect_stdout(io.StringIO()):   # measure prints the settings left out
+                    spec = next(iter(settings(cfg, ks, shapes).values()))
+            except SpecsweepError as e:
+                refused.append(f"engine={cfg.engine.name} batch={cfg.batch} ({e})")
+                continue
+            plan.append((cfg, shapes, spec))
+    if refused:
+        print("regimes left out: " + "; ".join(refused))
+    if not plan:
+        raise SpecsweepError("no regime left to predict: " + "; ".join(refused))
+    loaded = loaded or load_target(plan[0][2].target, progress=False)
+    best = []
+    for i, (cfg, shapes, _) in enumerate(plan):
+        if i:
+            print()
+        m = measure(cfg, ks, shapes, args.seqs, args.every, args.seed, loaded, args.rounds)
+        used = m.overheads if m.overheads is not None and not args.fit_sweep else o
+        print_prediction(cfg.draft.name, m, prediction_table(m.survival, m.costs, used, None if shapes else m.a),
+                         used, cfg.temperature, cfg.engine.name, cfg.batch)
+        best.append({"engine": cfg.engine.name, "batch": int(cfg.batch), **best_over_settings(m.costs, used)})
+    best = pd.DataFrame(best)
+    if len(best) > 1:
+        shown = best.assign(setting=best["setting"].map(setting_label)).drop(columns="k")
+        print(f"\nbest predicted setting per regime (lo-hi: the best re-chosen in each replicate, "
+              f"central {INTERVAL_LEVEL:.0%})")
+        print(shown.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    if best["batch"].nunique() > 1:
+        table = break_even_table(best)
+        print("\npredicted break-even batch per engine (where the best predicted speedup falls below 1x; "
+              "in brackets where its interval's lower and upper ends do)")
+        shown = table[[c for c in table.columns if not c.startswith("_")]].fillna("")
+        print(shown.to_string(index=False))
+        single = sorted(set(best["engine"]) - set(table["engine"]))
+        if single:
+            print(f"(not placed: {', '.join(single)}, predicted at one batch size only)")
+    return best
+
+
 def run(argv: list[str]) -> None:
     args, overrides = parse_args(argv)
     from src.sweep.store import resolve_uri
     args.uri = resolve_uri(args.uri)
     ks, overrides = parse_ks(overrides)
+    engines, batches, overrides = parse_regimes(overrides)
     drafts = [d for d in (args.fit_drafts or "").split(",") if d] or None
+    if args.validate and (engines or batches):
+        from src.engine.errors import SpecsweepError
+        raise SpecsweepError("--validate takes each cell's engine and batch from the sweep: drop engine= and batch=")
     o = fitted_overheads(args.uri, args.experiment, args.fit_sweep, drafts) if args.fit_sweep else Overheads()
     if args.validate:
         validate_sweep(args, overrides, o)
         return
-    cfg = compose(overrides)
-    shapes = tree_shapes(cfg, overrides)
-    m = measure(cfg, ks or list(DEFAULT_KS), shapes, args.seqs, args.every, args.seed, rounds=args.rounds)
-    if m.overheads is not None and not args.fit_sweep:   # transformers' loop: its overheads measured with the costs
-        o = m.overheads
-    print_prediction(cfg.draft.name, m, prediction_table(m.survival, m.costs, o, None if shapes else m.a), o,
-                     cfg.temperature, cfg.engine.name, cfg.batch)
+    predict_regimes(args, overrides, ks or list(DEFAULT_KS), engines, batches, o)
 
 
 def main(argv: list[str] | None = None) -> int:

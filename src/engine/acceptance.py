@@ -160,7 +160,6 @@ def expected_accepted(P: list[list[float]], tree) -> float:
     return visit(0, P[0])
 
 
-@torch.no_grad()
 def tree_chars(target, draft, seq: torch.Tensor, n: int, widths, temperature: float, seed: int,
                every: int = 8) -> tuple[float, float]:
     """(mean chars per pass, mean drafted nodes per pass) of tree verification with `widths`,
@@ -168,14 +167,24 @@ def tree_chars(target, draft, seq: torch.Tensor, n: int, widths, temperature: fl
     `chain_survival` (each sequence, every `every`-th length with room for the tree's depth): the
     prefix is cached, the tree drawn (`build_tree`), verified in one target pass (`tree_verify`)
     and scored by `expected_accepted`."""
+    rows = tree_chars_rows(target, draft, seq, n, widths, temperature, seed, every)
+    trees = sum(r[2] for r in rows)
+    return sum(r[0] for r in rows) / trees, sum(r[1] for r in rows) / trees
+
+
+@torch.no_grad()
+def tree_chars_rows(target, draft, seq: torch.Tensor, n: int, widths, temperature: float, seed: int,
+                    every: int = 8) -> list[tuple[float, int, int]]:
+    """`tree_chars` per sequence of seq: (chars summed over its trees, nodes summed, trees)."""
     gen = torch.Generator().manual_seed(seed)
     P, depth = seq.shape[1] - n, len(widths)
     cuts = [L for L in range(P, P + n, every) if L + depth <= target.cfg.block_size]
     if not cuts:
         raise ValueError(f"no prefix of the sampled text leaves room for a depth-{depth} tree")
-    masks, chars, nodes = TreeMasks(target.causal.device), [], []
+    masks, rows = TreeMasks(target.causal.device), []
     with target.cache_set_aside():
         for row in seq.tolist():
+            chars, nodes = [], []
             for L in cuts:
                 prefix = row[:L]
                 positions = prefill(target, prefix, extra=max_nodes(widths))
@@ -184,8 +193,9 @@ def tree_chars(target, draft, seq: torch.Tensor, n: int, widths, temperature: fl
                 p = tree_verify(target, tree, L, positions, masks, temperature)      # (1+N, V)
                 chars.append(1.0 + expected_accepted(p.tolist(), tree))
                 nodes.append(tree.n_nodes)
+            rows.append((sum(chars), sum(nodes), len(chars)))
     draft.reset()
-    return sum(chars) / len(chars), sum(nodes) / len(nodes)
+    return rows
 
 
 @torch.no_grad()

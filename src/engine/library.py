@@ -317,7 +317,8 @@ def assistant_proposal(loop: LibraryLoop, prompt: list[int], k: int):
 @torch.no_grad()
 def library_cost(loop: LibraryLoop, prompt: list[int], k: int, reps: int, rounds: int, device: str,
                  base_run=None, drafted: dict[int, float] | None = None, width: float | None = None,
-                 level: float = 0.95, max_rounds: int | None = None, max_seconds: float | None = None) -> dict:
+                 level: float = 0.95, max_rounds: int | None = None, max_seconds: float | None = None,
+                 keep_rounds: bool = False) -> dict:
     """The library's component times, in the rounds of measure.component_times (same statistics and
     names as measure_cost): `target` one 1-char pass of the converted target over a DynamicCache of
     the prompt (the cache cropped back after it, as the loop crops after every pass), `verify` a
@@ -325,7 +326,7 @@ def library_cost(loop: LibraryLoop, prompt: list[int], k: int, reps: int, rounds
     k-char proposal as the loop makes it (the assistant's own `generate` of k chars over its cache of
     the prompt; prompt lookup's candidate search over the prompt), and, with base_run = (run, chars),
     the library's plain-sampling loop (`base_pass_us`: its time per generated char, every step's
-    pass and framework work)."""
+    pass and framework work). keep_rounds: as in measure.component_times."""
     from transformers.generation.candidate_generator import PromptLookupCandidateGenerator
     from .measure import component_times
     ids = torch.tensor([prompt], device=device)
@@ -345,6 +346,7 @@ def library_cost(loop: LibraryLoop, prompt: list[int], k: int, reps: int, rounds
             lookup.get_candidates(ids)
     blocks["draft"] = (propose, max(1, reps // k))
     loops = {"base": base_run} if base_run is not None else {}
-    out = component_times(blocks, k, loops, rounds, width, level, max_rounds, max_seconds, device, drafted)
+    out = component_times(blocks, k, loops, rounds, width, level, max_rounds, max_seconds, device, drafted,
+                          keep_rounds)
     loop.counter.reset()
     return out

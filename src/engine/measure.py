@@ -14,7 +14,7 @@ from .batch import prefill_batch
 from .decode import prefill
 from .drafts.base import Draft
 from .sampling import UniformBuffer, probs_from_logits, sample, speculative_accept, tvd, uniforms
-from .timing import FIXED, WIDTH, adaptive_rounds, interleaved_medians, relative_width, round_ratio
+from .timing import FIXED, WIDTH, adaptive_rounds, interleaved_rounds, relative_width, round_ratio
 from .tree import TreeMasks, build_tree, max_nodes, tree_accept, tree_inputs
 
 
@@ -49,7 +49,7 @@ def pass_per_reference(per_call: dict[str, list[float]], loops: dict) -> list[fl
 def measure_cost(target, draft: Draft, prompt: list[int], k: int, temperature: float, reps: int, device: str,
                  rounds: int = 7, tree_widths=None, loops=None, width: float | None = None, level: float = 0.95,
                  max_rounds: int | None = None, max_seconds: float | None = None,
-                 drafted: dict[int, float] | None = None) -> dict:
+                 drafted: dict[int, float] | None = None, keep_rounds: bool = False) -> dict:
     """Component times in microseconds: one 1-char target pass, one (k+1)-char verify pass, and
     the draft's time per drafted char (a whole k-char proposal, its Python loop included,
     divided by k). The three are timed in `rounds` interleaved rounds (a block of `reps` calls
@@ -78,9 +78,11 @@ def measure_cost(target, draft: Draft, prompt: list[int], k: int, temperature: f
     passes that drafted j chars, per j: a verify pass of each width j+1 is timed in the rounds
     (`verify_us_width_<j+1>`), and `verify_pass_us` is their mean under those shares, the verify
     cost of the loop's average pass; the draft is timed at k chars a proposal (per char, as a
-    pass of any length pays it)."""
+    pass of any length pays it).
+    keep_rounds: also return `rounds_us`, the per-round times behind the medians (`component_times`;
+    not a metric: analysis.predict resamples them for its interval)."""
     if tree_widths is not None:
-        return tree_cost(target, draft, prompt, tree_widths, temperature, reps, device, rounds)
+        return tree_cost(target, draft, prompt, tree_widths, temperature, reps, device, rounds, keep_rounds)
     gen = torch.Generator(device=device).manual_seed(0)
     P = len(prompt)
     one = torch.tensor([prompt[-1:]], device=device)          # (1, 1)
@@ -103,16 +105,19 @@ def measure_cost(target, draft: Draft, prompt: list[int], k: int, temperature: f
         blocks["verify"] = (lambda: target(many, positions[P - 1:P + k]), reps)
     # a loop's prefill rewrites the target's cache with the same prompt keys, and the other
     # blocks' passes cost the same whatever the slots beyond it hold
-    return component_times(blocks, k, loops or {}, rounds, width, level, max_rounds, max_seconds, device, drafted)
+    return component_times(blocks, k, loops or {}, rounds, width, level, max_rounds, max_seconds, device, drafted,
+                           keep_rounds)
 
 
 def component_times(blocks: dict, k: int, loops: dict, rounds: int, width: float | None, level: float,
                     max_rounds: int | None, max_seconds: float | None, device: str,
-                    drafted: dict[int, float] | None = None) -> dict:
+                    drafted: dict[int, float] | None = None, keep_rounds: bool = False) -> dict:
     """measure_cost's rounds and statistics over its timed blocks: "target" (a 1-char pass),
     "verify" (a (k+1)-char pass; with `drafted`, "verify <w>" per width w instead, mixed per round
     by the shares of passes drafting w-1 chars), "draft" (one k-char proposal) and one "<name> loop"
-    per loop."""
+    per loop. keep_rounds: out["rounds_us"] = {"target", "verify", "draft"} -> one value per round
+    in microseconds (the verify pass mixed by the shares, the draft per drafted char), whose
+    medians are target_pass_us, verify_pass_us and draft_char_us."""
     blocks = blocks | {f"{name} loop": (run, 1) for name, (run, _) in loops.items()}
     adaptive = bool(width)
 
@@ -144,13 +149,16 @@ def component_times(blocks: dict, k: int, loops: dict, rounds: int, width: float
     if "base" in loops:  # every other component in units of the baseline loop's pass, within each round
         out |= {f"{name}_per_base": round_ratio(x, per_round["base"]) for name, x in per_round.items()
                 if name != "base" and not name.startswith("verify ")}
+    if keep_rounds:
+        out["rounds_us"] = {name: [x * 1e6 for x in per_round[name]] for name in ("target", "verify", "draft")}
     return out
 
 
 @torch.no_grad()
 def measure_batch_cost(target, draft: Draft, prompts: list[list[int]], k: int, temperature: float, reps: int,
                        device: str, rounds: int = 7, width: float | None = None, level: float = 0.95,
-                       max_rounds: int | None = None, max_seconds: float | None = None) -> dict:
+                       max_rounds: int | None = None, max_seconds: float | None = None,
+                       keep_rounds: bool = False) -> dict:
     """measure_cost for a batch of B sequences (src/engine/batch.py), as its loops run: a (B, 1)
     target pass (the baseline's step), a (B, k+1) verify pass at per-sequence positions (the
     speculative step's), and one k-char proposal for all B rows (`propose_batch`; its time / k is
@@ -175,7 +183,8 @@ def measure_batch_cost(target, draft: Draft, prompts: list[list[int]], k: int, t
     blocks = {"target": (lambda: target(last, positions[P - 1:P]), reps),
               "verify": (lambda: target(many, at), reps),
               "draft": (propose_k, max(1, reps // k))}
-    return component_times(blocks, k, {}, rounds, width, level, max_rounds, max_seconds, device)
+    return component_times(blocks, k, {}, rounds, width, level, max_rounds, max_seconds, device,
+                           keep_rounds=keep_rounds)
 
 
 @torch.no_grad()
@@ -193,12 +202,13 @@ def cost_profile(target, draft: Draft, prompt: list[int], k: int, temperature: f
 
 @torch.no_grad()
 def tree_cost(target, draft: Draft, prompt: list[int], widths, temperature: float, reps: int, device: str,
-              rounds: int = 7) -> dict:
+              rounds: int = 7, keep_rounds: bool = False) -> dict:
     """measure_cost for a tree: one 1-char target pass, one verify pass over [last char, N
     nodes] (tree mask, scratch slots: the loop's own forward, its inputs prepared untimed), and
     the draft's time per node (a whole tree built, next_probs calls and draws included, divided
     by its N nodes). N is the node count of a tree drafted after the prompt: the full shape's
-    unless the draft's rows there have fewer chars with mass than a width."""
+    unless the draft's rows there have fewer chars with mass than a width. keep_rounds: as in
+    `component_times` (the draft per node)."""
     gen = torch.Generator(device=device).manual_seed(0)
     positions = prefill(target, prompt, extra=max_nodes(widths))
     P = len(prompt)
@@ -206,21 +216,32 @@ def tree_cost(target, draft: Draft, prompt: list[int], widths, temperature: floa
     tree = build_tree(draft, prompt, widths, temperature, gen)
     idx, pos, slots, mask = tree_inputs(tree, P, positions, TreeMasks(positions.device))  # (1, 1+N), ...
     n = tree.n_nodes
-    t = interleaved_medians({"target": (lambda: target(one, positions[P - 1:P]), reps),
-                             "verify": (lambda: target(idx, pos, slots, mask), reps),
-                             "draft": (lambda: build_tree(draft, prompt, widths, temperature, gen),
-                                       max(1, reps // max(1, tree.internal)))}, rounds, device)
-    return {"target_pass_us": t["target"] * 1e6, "verify_pass_us": t["verify"] * 1e6,
-            "draft_char_us": t["draft"] / n * 1e6, "c": t["draft"] / n / t["target"], "verify_nodes": n}
+    per_round = interleaved_rounds({"target": (lambda: target(one, positions[P - 1:P]), reps),
+                                    "verify": (lambda: target(idx, pos, slots, mask), reps),
+                                    "draft": (lambda: build_tree(draft, prompt, widths, temperature, gen),
+                                              max(1, reps // max(1, tree.internal)))}, rounds, device)
+    per_round["draft"] = [x / n for x in per_round["draft"]]   # per node
+    t = {name: statistics.median(x) for name, x in per_round.items()}
+    out = {"target_pass_us": t["target"] * 1e6, "verify_pass_us": t["verify"] * 1e6,
+           "draft_char_us": t["draft"] * 1e6, "c": t["draft"] / t["target"], "verify_nodes": n}
+    if keep_rounds:
+        out["rounds_us"] = {name: [x * 1e6 for x in v] for name, v in per_round.items()}
+    return out
 
 
 def replay_draft_cost(draft: Draft, seq: torch.Tensor, n: int, step: float, draft_pass, rounds: int = 3) -> float:
+    """The median over `rounds` replays of `replay_draft_costs`."""
+    return statistics.median(replay_draft_costs(draft, seq, n, step, draft_pass, rounds))
+
+
+def replay_draft_costs(draft: Draft, seq: torch.Tensor, n: int, step: float, draft_pass,
+                       rounds: int = 3) -> list[float]:
     """Microseconds per drafted char (or node) of a draft that memoizes rows (table drafts), paid
     as the loop pays it: along each sampled sequence of seq (B, P + n) ids, memos dropped at its
     start (`draft.reset()`, as at the start of every run of a trial), one pass's drafting
     `draft_pass(prefix) -> chars drafted` at every `step` chars (the expected chars per pass), so
     each context's row is built the first time the text meets it. `measure_cost` times the same
-    proposal over and over (warm rows) and misses that. Median over `rounds` replays."""
+    proposal over and over (warm rows) and misses that. One value per replay, `rounds` replays."""
     P = seq.shape[1] - n
     rows = seq.tolist()
     per_char = []
@@ -237,7 +258,7 @@ def replay_draft_cost(draft: Draft, seq: torch.Tensor, n: int, step: float, draf
                 L = P + int(j * step)
         per_char.append(seconds / max(1, drafted) * 1e6)
     draft.reset()
-    return statistics.median(per_char)
+    return per_char
 
 
 class _FixedRow:

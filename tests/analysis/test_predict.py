@@ -242,9 +242,35 @@ def test_measure_on_the_library_loop(tiny, draft):
     assert table["predicted"].gt(0).all()
 
 
+def test_predict_regimes_on_the_tiny_model(tiny, capsys):
+    """engine= and batch= lists: one prediction per regime with its interval, a refused regime left out
+    with its reason (before any is measured), the best per regime and the break-even batch per engine."""
+    import argparse
+    from analysis.predict import predict_regimes
+    from tests.conftest import PROMPT
+    cfg, corpus, target = tiny
+    overrides = ["model=tiny", "train=quick", f"data.path={cfg.data.path}", f"data.cache_dir={cfg.data.cache_dir}",
+                 f"prompt='{PROMPT}'", "n_chars=64", "timing.cost_reps=2", "timing.cost_width=null", "draft=bigram"]
+    args = argparse.Namespace(seqs=2, every=16, seed=0, rounds=3, fit_sweep=None)
+    best = predict_regimes(args, overrides, [1, 2], ["eager", "onnx"], [1, 2], Overheads(), (corpus, target))
+    out = capsys.readouterr().out
+    assert out.startswith("regimes left out: engine=onnx batch=2 (no setting left to predict: batch=2: engine=onnx "
+                          "runs one sequence; use engine=eager or engine=compiled)\n")
+    assert list(zip(best["engine"], best["batch"])) == [("eager", 1), ("eager", 2), ("onnx", 1)]
+    assert (best["lo"] <= best["hi"]).all() and best["predicted"].gt(0).all() and set(best["k"]) <= {1, 2}
+    assert out.count("recommended: ") == 3 and "lo-hi: the central 95% of 2000 bootstrap replicates" in out
+    assert "best predicted setting per regime" in out
+    table = out.split("predicted break-even batch per engine")[1]
+    assert table.splitlines()[2].split()[0] == "eager" and "break-even B" in table
+    assert "(not placed: onnx, predicted at one batch size only)" in table
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("args, says", [(["draft=nosuch"], "error: unknown draft 'nosuch'"),
                                         (["draft=bigram", "k=0"], "error: k must be"),
+                                        (["draft=bigram", "batch=1,x"], "error: batch must be"),
+                                        (["draft=bigram", "engine=eager,nosuch"], "error: unknown engine 'nosuch'"),
+                                        (["--validate", "batch=1,16"], "error: --validate takes each cell's engine"),
                                         (["--validate", "--tracking-uri", "sqlite:////nonexistent/x.db"],
                                          "error: no tracking store")])
 def test_cli_bad_input_is_one_line_and_exit_2(args, says):
