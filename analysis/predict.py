@@ -53,8 +53,8 @@ sequences and of a median over 15 rounds is.
 
 Regimes: `engine=` and `batch=` take comma lists; each (engine, batch) regime is predicted in turn
 (a regime none of whose settings can run, such as onnx at B > 1, is left out with its reason before
-any is measured), then the best predicted setting per regime, its interval the best re-chosen in
-each replicate (`best_over_settings`), and per engine with two batch sizes or more the predicted
+any is measured), then the best predicted setting per regime, its interval one that holds for all
+the regime's settings at once (`best_over_settings`), and per engine with two batch sizes or more the predicted
 break-even batch (`break_even_table`: where the best predicted speedup, and its interval's lower and
 upper ends, fall below 1x, linear in log2 B between the sizes given, the rule of the report's
 measured batch table).
@@ -187,13 +187,16 @@ def prediction_table(survival, costs: dict, overheads: Overheads, a: float | Non
 
 
 def best_over_settings(costs: dict, overheads: Overheads, level: float = INTERVAL_LEVEL) -> dict:
-    """The best predicted setting and the interval of the best speedup over settings, the best
-    re-chosen in each replicate (the largest of the settings' r-th replicates): (setting, its k,
-    predicted point, lo, hi). Where the settings are close, the replicates pick different ones,
-    and the interval says so instead of carrying the chosen setting's alone."""
+    """The best predicted setting and an interval for the best speedup over the settings: the largest
+    of bounds that hold for all settings at once (seed_bootstrap.best_of_interval over the settings'
+    replicates), so the luck of picking the highest of several noisy predictions is in it: (setting,
+    its k, predicted point, lo, hi). With one setting, its own interval."""
+    from .seed_bootstrap import best_of_interval
     table = prediction_table(np.zeros(0), costs, overheads)
     best = table.loc[table["predicted"].idxmax()]
-    lo, hi = interval(np.max(np.stack(list(setting_replicates(costs, overheads).values())), axis=0), level)
+    reps = setting_replicates(costs, overheads)
+    lo, hi = best_of_interval(table["predicted"].to_numpy(), np.stack([reps[label] for label in table["setting"]]),
+                              level)
     return {"setting": best["setting"], "k": int(best["k"]), "predicted": float(best["predicted"]), "lo": lo, "hi": hi}
 
 
@@ -691,7 +694,7 @@ def predict_regimes(args, overrides: list[str], ks: list[int], engines: list[str
                     batches: list[int] | None, o: Overheads, loaded=None) -> pd.DataFrame:
     """One prediction per (engine, batch) regime of the lists (None: the config's own), each printed
     as a single prediction is; then, with more than one regime, the best predicted setting per
-    regime with the interval of the best re-chosen per replicate (`best_over_settings`) and, with
+    regime with an interval for the best over its settings (`best_over_settings`) and, with
     more than one batch size, the predicted break-even batch per engine (`break_even_table`).
     Every regime's settings are checked before any is measured: a regime with none left (onnx at
     B > 1, say) is left out with a line saying why; none left at all is bad input. Returns the
@@ -731,8 +734,8 @@ def predict_regimes(args, overrides: list[str], ks: list[int], engines: list[str
     best = pd.DataFrame(best)
     if len(best) > 1:
         shown = best.assign(setting=best["setting"].map(setting_label)).drop(columns="k")
-        print(f"\nbest predicted setting per regime (lo-hi: the best re-chosen in each replicate, "
-              f"central {INTERVAL_LEVEL:.0%})")
+        print(f"\nbest predicted setting per regime (lo-hi: {INTERVAL_LEVEL:.0%} for the best of the regime's "
+              "settings, bounds holding for all of them at once)")
         print(shown.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     if best["batch"].nunique() > 1:
         table = break_even_table(best)

@@ -218,7 +218,8 @@ def run(args: argparse.Namespace) -> Path:
     else:  # one report per regime (its own fits), in its own folder, and the answer per regime on top
         reports = {r: build_report(only_regime(data, r), args.bootstrap) for r in regimes}
         texts = {r: render(rep, uri, args.experiment) for r, rep in reports.items()}
-        answer = regimes_table({r: rep.cells for r, rep in reports.items()})
+        answer = regimes_table({r: rep.cells for r, rep in reports.items()},
+                               {r: only_regime(data, r).pairs for r in regimes}, configured_level(data.finished))
         measured = pd.concat([rep.cells for rep in reports.values()], ignore_index=True)
         tables = [t for t in (answer, batch_table(answer.df), verify_cost_table(data.finished),
                               loops_table(data.finished, measured)) if t is not None]

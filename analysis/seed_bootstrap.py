@@ -15,7 +15,9 @@ another length uses other uniforms).
 
 `median_interval_seeds` is a cell's interval in every table of the report (analysis/aggregate.py:
 the verdicts, the recommendation's "above 1", the regime and batch tables read it) where the cell
-has two seeds or more. `best_gain_interval` compares an arm's best cell with another arm's best cell (a policy at its
+has two seeds or more. `best_cell_interval_seeds` is the interval of a draft's best cell among its k
+(the regime and batch tables): the largest of bounds that hold for all its k at once
+(`simultaneous_bounds`), which the recommendation reads too. `best_gain_interval` compares an arm's best cell with another arm's best cell (a policy at its
 best cap against the best fixed k) and re-chooses both bests in every replicate, so the interval
 holds the luck of picking the largest of several noisy cells.
 """
@@ -81,6 +83,85 @@ def median_interval_seeds(groups: list[np.ndarray], level: float, reps: int = RE
     q_lo, q_hi = np.quantile(meds, [(1 - level) / 2, (1 + level) / 2])
     m, w = float(np.median(np.concatenate(groups))), few_seeds_widening(len(groups), level)
     return float(m * (q_lo / m) ** w), float(m * (q_hi / m) ** w)
+
+
+def t_tail(c: float, seeds: int | None) -> float:
+    """A bootstrap's standardized critical value c carried to few seeds: the Student-t quantile with
+    seeds - 1 degrees of freedom of c's normal tail probability, times sqrt(S / (S - 1)) (the
+    plug-in variance), as `few_seeds_widening` does at the level's own quantile; c itself for None.
+    Far in the tail (the best of several cells needs it) t is much wider than the normal: at 5 seeds
+    the factor is 1.42 at the 97.5% quantile and 2.0 at 99.7%."""
+    if seeds is None or c == 0:
+        return c
+    from scipy import stats
+    return float(np.sign(c) * np.sqrt(seeds / (seeds - 1)) * stats.t.ppf(stats.norm.cdf(abs(c)), seeds - 1))
+
+
+def simultaneous_bounds(points, replicates, level: float, seeds: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Bounds that hold for several cells at once, so that the cell that looks best is not read as
+    better than it is: points (K,) the cells' estimates, replicates (K, R) their bootstrap
+    replicates (drawn independently per cell). Each cell's deviation d_k = log(replicate_k / point_k)
+    is scaled by its own spread s_k (the standard deviation of d_k over the replicates); in each
+    replicate the smallest and the largest of the scaled deviations over the cells are taken, c_lo =
+    the (1 - level) / 2 quantile of the smallest, c_hi = the (1 + level) / 2 quantile of the largest,
+    each carried to few seeds by `t_tail` (seed replicates: `seeds`, the fewest of a cell), and cell
+    k's bounds are [point_k e^(c_lo s_k), point_k e^(c_hi s_k)]. With one cell they are close to its
+    widened percentile interval (`median_interval_seeds`); with several, each cell's bounds are
+    wider than its own interval, as much as the luck of picking among K noisy cells needs. Then the
+    contenders are narrowed: a cell whose upper bound lies below another contender's lower bound
+    cannot be the best, and the bounds are taken again over the cells that can, until none drops
+    out (a dropped cell keeps its last bounds). Only cells that could be the best widen the others;
+    when all are equal none drops out. A cell without spread (s_k = 0) keeps its point."""
+    points = np.asarray(points, dtype=float)
+    d = np.log(np.asarray(replicates, dtype=float) / points[:, None])     # (K, R)
+    s = d.std(axis=1)                                                      # (K,)
+    lo, hi = points.copy(), points.copy()
+    contenders = np.ones(len(points), dtype=bool)
+    while True:
+        noisy = contenders & (s > 0)
+        if not noisy.any():
+            return lo, hi
+        z = d[noisy] / s[noisy, None]
+        c_lo = t_tail(float(np.quantile(z.min(axis=0), (1 - level) / 2)), seeds)
+        c_hi = t_tail(float(np.quantile(z.max(axis=0), (1 + level) / 2)), seeds)
+        with np.errstate(over="ignore"):   # t's tail at 2 seeds can be unbounded: an upper bound of inf
+            lo[contenders] = (points * np.exp(c_lo * s))[contenders]
+            hi[contenders] = (points * np.exp(c_hi * s))[contenders]
+        still = contenders & (hi >= lo[contenders].max())
+        if still.sum() == contenders.sum():
+            return lo, hi
+        contenders = still
+
+
+def best_of_interval(points, replicates, level: float, seeds: int | None = None) -> tuple[float, float]:
+    """An interval for the best of several cells' true values: [max_k lower_k, max_k upper_k] of
+    their `simultaneous_bounds`. The chosen cell's own interval instead calls a draft whose k are all
+    equal "faster" about as often as the best of K independent tries
+    (tests/analysis/test_seed_bootstrap.py plants it)."""
+    lo, hi = simultaneous_bounds(points, replicates, level, seeds)
+    return float(lo.max()), float(hi.max())
+
+
+def cell_bounds_seeds(cells: list[list[np.ndarray]], level: float, reps: int = REPS,
+                      seed: int = SEED) -> tuple[np.ndarray, np.ndarray]:
+    """`simultaneous_bounds` of cells of two seeds or more each (a cell: one array of ratios per
+    seed): each cell's pooled median and its `replicate_medians`, carried to the fewest seeds of a
+    cell."""
+    counts = [len([g for g in c if len(g)]) for c in cells]
+    if not cells or min(counts) < 2:
+        raise ValueError("the seed bootstrap needs two seeds or more in every cell")
+    rng = np.random.default_rng(seed)
+    points = [float(np.median(np.concatenate(c))) for c in cells]
+    reps_ = np.stack([replicate_medians(c, reps, rng) for c in cells])
+    return simultaneous_bounds(points, reps_, level, min(counts))
+
+
+def best_cell_interval_seeds(cells: list[list[np.ndarray]], level: float, reps: int = REPS,
+                             seed: int = SEED) -> tuple[float, float]:
+    """The interval for the best of cells (each of two seeds or more): the largest of their
+    `cell_bounds_seeds`, lower and upper."""
+    lo, hi = cell_bounds_seeds(cells, level, reps, seed)
+    return float(lo.max()), float(hi.max())
 
 
 def best_gain_interval(arm_cells: list[list[np.ndarray]], against_cells: list[list[np.ndarray]], level: float,

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from .aggregate import DEFAULT_LEVEL, cell_medians
+from .seed_bootstrap import cell_bounds_seeds, seed_groups
 from .cost_models import (BOOT_LEVEL, BOOTSTRAP, F_SCALE, MAD_FLOOR, OUTLIER_Z, ModelResults, best_k,
                           model_errors)
 
@@ -232,12 +233,16 @@ def where_1(lo: float, hi: float) -> str:
     return "straddles 1"
 
 
-def recommendation(g: pd.DataFrame) -> str:
+def recommendation(g: pd.DataFrame, lower: dict | None = None) -> str:
     """One draft's cells -> what to do, with the reason. "speculate with k = K" only where the cell's
     measured interval [lo, hi] (aggregate.pooled_speedup: the seed bootstrap's) lies above 1, or, for a draft without pair timings, where the extended
-    model's spread over its fits does; otherwise "not demonstrated" and why. Where the model's best k
-    is not the recommended (or best measured) k, the text says what that k measured; a cell whose pairs
-    come from several CPU models (column cpu_models, where present) says so."""
+    model's spread over its fits does; otherwise "not demonstrated" and why. lower: k -> the cell's
+    lower bound holding for all the draft's measured k at once (seed_bootstrap.cell_bounds_seeds;
+    given where every k has two seeds or more): then a k is recommended only where that bound lies
+    above 1, so that the luck of picking the best of several k is not read as a gain, and where the
+    best k's own interval lies above 1 but its joint bound does not, the text says so. Where the
+    model's best k is not the recommended (or best measured) k, the text says what that k measured; a
+    cell whose pairs come from several CPU models (column cpu_models, where present) says so."""
     g = g.assign(**{c: g[c] if c in g else np.nan for c in ("pred_extended", "pred_extended_lo",
                                                              "pred_extended_hi")})
     measured = g.dropna(subset=["measured"])
@@ -265,16 +270,23 @@ def recommendation(g: pd.DataFrame) -> str:
                 f"{slower}{mixed}")
 
     top = measured.loc[measured["measured"].idxmax()]
-    shown = measured[measured["lo"] > 1]
+    joint = lower is not None and len(measured) > 1
+    bound = measured["k"].map(lambda k: lower[int(k)]) if joint else measured["lo"]
+    shown = measured[bound > 1]
     notes = []
     if len(shown):
         pick = shown.loc[shown["measured"].idxmax()]
-        text = f"speculate with k = {int(pick['k'])} (measured {measured_text(pick)})"
+        text = f"speculate with k = {int(pick['k'])} (measured {measured_text(pick)}"
+        text += (f"; at least {lower[int(pick['k'])]:.2f}x bounded with all {len(measured)} k at once)" if joint
+                 else ")")
         if pick["k"] != top["k"]:
             notes.append(f"k = {int(top['k'])} measured a higher median, {measured_text(top)}")
     else:
         pick = top
         text = f"not demonstrated: best measured k = {int(top['k'])}, {measured_text(top)}"
+        if joint and top["lo"] > 1:
+            text += (f", but bounded with all {len(measured)} k at once its lower end is "
+                     f"{lower[int(top['k'])]:.2f}x: the best of {len(measured)} k can measure that high by luck")
     model = measured.dropna(subset=["pred_extended"])
     if len(model):
         m = model.loc[model["pred_extended"].idxmax()]
@@ -284,13 +296,28 @@ def recommendation(g: pd.DataFrame) -> str:
     return "; ".join([text] + notes)
 
 
+def joint_lower(g: pd.DataFrame, pairs: pd.DataFrame | None, level: float) -> dict | None:
+    """k -> the lower bound of each measured cell of one draft holding for all of them at once
+    (seed_bootstrap.cell_bounds_seeds), None where a cell has fewer than two seeds or no pairs."""
+    measured = g.dropna(subset=["measured"])
+    if pairs is None or not len(pairs) or measured.empty:
+        return None
+    groups = seed_groups(pairs)
+    cells = [groups.get((d, int(k)), []) for d, k in zip(measured["draft"], measured["k"])]
+    if min(len(c) for c in cells) < 2:
+        return None
+    lo, _ = cell_bounds_seeds(cells, level)
+    return {int(k): float(x) for k, x in zip(measured["k"], lo)}
+
+
 def best_k_table(cells: pd.DataFrame, pairs: pd.DataFrame | None = None, level: float = DEFAULT_LEVEL) -> Table:
     df = best_k(cells, pairs, level)
     if df.empty:
         return Table("best_k", "Best k", df)
     df["model agrees"] = ["" if pd.isna(m) or pd.isna(k) else "yes" if m == k else "no"
                           for m, k in zip(df["extended best k"], df["measured best k"])]
-    df["recommendation"] = [recommendation(cells[cells["draft"] == d]) for d in df["draft"]]
+    df["recommendation"] = [recommendation(cells[cells["draft"] == d], joint_lower(cells[cells["draft"] == d], pairs,
+                                                                               level)) for d in df["draft"]]
     df = df.rename(columns={"measured": "measured median", "held_out best k": "held-out best k",
                             "seed best k": "seed formula best k", "closed best k": "closed form best k",
                             "paper best k": "paper fit best k"})
@@ -300,7 +327,8 @@ def best_k_table(cells: pd.DataFrame, pairs: pd.DataFrame | None = None, level: 
                  "gain over the best of the other k, re-chosen in every replicate, lies above 0; model best k: highest prediction "
                  "over the same k. Recommendation: speculate only with a k whose measured interval (the speedup "
                  "table's lo-hi) lies above 1 (the "
-                 "highest median among those); a draft without pair timings only where the extended model's "
+                 "highest median among those), and with several k of two seeds or more whose lower bound holding "
+                 "for all the draft's k at once (the seed bootstrap's) does; a draft without pair timings only where the extended model's "
                  "spread over its fits (all drafts, each draft left out) lies above 1. Otherwise not "
                  "demonstrated, with the reason; where the model prefers another k, what that k measured.")
 
