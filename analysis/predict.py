@@ -62,8 +62,13 @@ measured batch table).
 --validate predicts every cell of a finished sweep (same target, temperature and n_chars as its
 trials, drafts built as the trials built them) and prints, per cell, predicted and measured (the
 pooled median over every pair of the cell's seeds, as the report) with APE = |pred - meas| / meas
-(and the predicted chars per pass beside the trials' median),
-then median and max APE for the seed's drafts (bigram, int8, int4) and the new drafts apart.
+(and the predicted chars per pass beside the trials' median, both intervals beside their medians),
+then median and max APE for the seed's drafts (bigram, int8, int4) and the new drafts apart, and
+per regime (engine x batch; `regime_errors`) the median and max APE beside the measured cells'
+interval widths, the max APE over the cells measured to within 10%, and how often the measured
+median falls inside the prediction's interval. Nothing of the validated sweep enters its
+predictions unless `--fit-sweep` names that sweep itself (its overheads would then be fitted on the
+cells they are judged on; `--fit-drafts` other drafts than those judged keeps them held out).
 
 Under an adaptive draft-length policy (`policy=`, k its cap; `measure_policy`) the chars per pass
 and the drafted-length distribution come from the loop's own counters under the policy, tv is the
@@ -628,7 +633,7 @@ def validate_sweep(args, overrides: list[str], o: Overheads) -> pd.DataFrame:
     fin = data.finished
     if fin.empty:
         raise SpecsweepError(f"sweep {data.sweep.sweep_id!r} has no finished trial")
-    measured = pooled_speedup(data.pairs, configured_level(fin)).set_index(["draft", "k"])["median"]
+    measured = pooled_speedup(data.pairs, configured_level(fin)).set_index(["draft", "k"])
     common = [f"temperature={fin['temperature'].iloc[0]}", f"n_chars={int(fin['n_chars'].iloc[0])}"]
     loaded, rows, sources = None, [], set()   # where each cell's loop overheads came from
     for label in sorted(fin["draft"].unique()):
@@ -652,9 +657,12 @@ def validate_sweep(args, overrides: list[str], o: Overheads) -> pd.DataFrame:
         table = prediction_table(m.survival, m.costs, used)
         cpp = g.groupby("k")["chars_per_pass"].median()
         for r in table.itertuples():
-            meas = measured.get((label, r.k), np.nan)
-            rows.append({"draft": label, "draft_name": draft, "k": r.k, "cpp": r.cpp, "cpp measured": cpp.get(r.k, np.nan), "c": r.c,
-                         "predicted": r.predicted, "measured": meas, "ape %": abs(r.predicted - meas) / meas * 100})
+            meas = measured.loc[(label, r.k)] if (label, r.k) in measured.index else None
+            m_med, m_lo, m_hi = (meas["median"], meas["lo"], meas["hi"]) if meas is not None else (np.nan,) * 3
+            rows.append({"draft": label, "draft_name": draft, "engine": cell["engine"], "batch": int(cell["batch"]),
+                         "k": r.k, "cpp": r.cpp, "cpp measured": cpp.get(r.k, np.nan), "c": r.c,
+                         "predicted": r.predicted, "pred lo": r.lo, "pred hi": r.hi, "measured": m_med,
+                         "meas lo": m_lo, "meas hi": m_hi, "ape %": abs(r.predicted - m_med) / m_med * 100})
         print(f"  {label}: measured in {m.seconds:.1f} s", flush=True)
     cells = pd.DataFrame(rows)
     print(f"\nsweep {data.sweep.sweep_id} ({data.sweep.name}): predicted vs measured (pooled median), "
@@ -662,7 +670,33 @@ def validate_sweep(args, overrides: list[str], o: Overheads) -> pd.DataFrame:
     print(cells.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     print()
     print(ape_summary(cells, PAPER_DRAFTS).to_string(index=False, float_format=lambda v: f"{v:.1f}"))
+    print(f"\nper regime (narrow: cells whose measured interval is under {NARROW:.0%} of their median wide)")
+    print(regime_errors(cells).to_string(index=False, float_format=lambda v: f"{v:.1f}"))
     return cells
+
+
+NARROW = 0.10   # a measured interval narrower than this share of its median: the cell can judge a 10% error
+
+
+def regime_errors(cells: pd.DataFrame) -> pd.DataFrame:
+    """Per regime (engine, batch) of validated cells (columns engine, batch, predicted, pred lo, pred
+    hi, measured, meas lo, meas hi, ape %): the cells, the median and max APE %, the median width of
+    the cells' measured intervals (percent of their median), the cells whose measured interval is
+    narrower than NARROW and the max APE % among them (where a 10% error can be told from the
+    measurement's own noise), and the share of cells whose measured median lies inside the
+    prediction's interval (which holds the probes' spread only, not the model's error)."""
+    c = cells.dropna(subset=["measured"])
+    width = (c["meas hi"] - c["meas lo"]) / c["measured"] * 100
+    inside = (c["measured"] >= c["pred lo"]) & (c["measured"] <= c["pred hi"])
+    c = c.assign(width=width, narrow=width < NARROW * 100, inside=inside)
+    rows = []
+    for (engine, batch), g in c.groupby(["engine", "batch"], sort=True):
+        narrow = g[g["narrow"]]
+        rows.append({"engine": engine, "batch": int(batch), "cells": len(g), "median APE %": g["ape %"].median(),
+                     "max APE %": g["ape %"].max(), "median meas width %": g["width"].median(),
+                     "narrow cells": len(narrow), "max APE % (narrow)": narrow["ape %"].max() if len(narrow) else np.nan,
+                     "measured inside pred %": 100 * g["inside"].mean()})
+    return pd.DataFrame(rows)
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:

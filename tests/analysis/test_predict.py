@@ -278,3 +278,32 @@ def test_cli_bad_input_is_one_line_and_exit_2(args, says):
                           text=True, timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.strip().startswith(says) and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+@pytest.mark.slow
+def test_validate_predicts_every_cell_of_a_finished_sweep_with_both_intervals(smoke_stores, capsys):
+    """--validate on the smoke sweep (3 drafts x k = 1, 4 on the tiny model, eager, batch 1): one row per
+    cell with the prediction's interval beside the measured one (the report's pooled median and
+    interval), its APE, and the per-regime error table over those rows."""
+    import argparse
+    from pathlib import Path
+    from analysis.aggregate import pooled_speedup
+    from analysis.load import DEFAULT_EXPERIMENT, connect, load_sweep
+    from analysis.predict import regime_errors, validate_sweep
+    uri, _ = smoke_stores[1]
+    store = Path(uri.removeprefix("sqlite:///")).parent
+    args = argparse.Namespace(uri=uri, experiment=DEFAULT_EXPERIMENT, sweep_id=None, seqs=2, every=16, seed=0,
+                              rounds=3, fit_sweep=None)
+    overrides = ["data=synthetic", "model=tiny", "train=quick", f"data.cache_dir={store.parent}/cache",
+                 "prompt='The cat '", "timing.cost_reps=2"]
+    cells = validate_sweep(args, overrides, Overheads())
+    assert sorted(zip(cells["draft"], cells["k"])) == [(d, k) for d in ("bigram", "int4", "int8") for k in (1, 4)]
+    speed = pooled_speedup(load_sweep(connect(uri), DEFAULT_EXPERIMENT).pairs).set_index(["draft", "k"])
+    for _, r in cells.iterrows():
+        m = speed.loc[(r["draft"], r["k"])]
+        assert (r["measured"], r["meas lo"], r["meas hi"]) == (m["median"], m["lo"], m["hi"])
+        assert 0 < r["pred lo"] <= r["pred hi"]
+    errors = regime_errors(cells)
+    assert errors[["engine", "batch", "cells"]].values.tolist() == [["eager", 1, 6]]
+    assert errors["max APE %"].iloc[0] == pytest.approx(cells["ape %"].max())
+    assert "per regime (narrow: cells whose measured interval is under 10% of their median wide)" in capsys.readouterr().out

@@ -173,3 +173,28 @@ def test_the_planted_break_even_batch_is_recovered_exactly_and_a_wrong_verify_cu
     # with the probes' spread: the lower end crosses first, the upper last, the point unchanged
     spread = break_even_table(planted_regimes(verify_curve, jitter=0.5)).iloc[0]
     assert spread["_point"] == 16.0 and spread["_lo"] < 16.0 < spread["_hi"]
+
+
+def test_the_error_per_regime_on_planted_validated_cells():
+    """regime_errors on hand-made cells: per (engine, batch) the APEs, the measured widths, the max
+    APE over the cells measured to within 10% and the share of measured medians inside the
+    prediction's interval, each equal to its value worked by hand."""
+    from analysis.predict import regime_errors
+    cells = pd.DataFrame({
+        "engine":    ["eager", "eager", "eager", "compiled"],
+        "batch":     [1, 1, 1, 16],
+        "predicted": [1.10, 2.00, 0.90, 1.50],
+        "pred lo":   [1.00, 1.90, 0.80, 1.45],
+        "pred hi":   [1.20, 2.10, 1.00, 1.55],
+        "measured":  [1.00, 2.00, 1.00, 1.20],
+        "meas lo":   [0.98, 1.80, 0.90, 1.18],   # widths 4%, 20%, 20%, 3.3%
+        "meas hi":   [1.02, 2.20, 1.10, 1.22]})
+    cells["ape %"] = (cells["predicted"] - cells["measured"]).abs() / cells["measured"] * 100
+    r = regime_errors(cells).set_index(["engine", "batch"])
+    eager, compiled = r.loc[("eager", 1)], r.loc[("compiled", 16)]
+    assert eager["cells"] == 3 and eager["median APE %"] == pytest.approx(10.0) and eager["max APE %"] == pytest.approx(10.0)
+    assert eager["median meas width %"] == pytest.approx(20.0) and eager["narrow cells"] == 1
+    assert eager["max APE % (narrow)"] == pytest.approx(10.0)            # the 1.10 vs 1.00 cell, 4% wide
+    assert eager["measured inside pred %"] == pytest.approx(100.0)       # 1.00 in [1.0, 1.2], 2.0, 1.0 in theirs
+    assert compiled["cells"] == 1 and compiled["max APE % (narrow)"] == pytest.approx(25.0)
+    assert compiled["measured inside pred %"] == 0.0
