@@ -7,6 +7,7 @@
     python -m analysis.predict draft=ngram engine=compiled batch=16 # another engine, a batch of 16 sequences
     python -m analysis.predict draft=ngram engine=eager,compiled batch=1,4,16   # per regime; break-even batch
     python -m analysis.predict --validate --sweep-id ID [--fit-sweep ID --fit-drafts bigram,int8,int4]
+    python -m analysis.predict --validate --sweep-id ID --fit-sweep ID --hold-out   # per cell: other drafts, regimes
 
 Any `KEY=VALUE` is a Hydra override of conf/ (as for `python -m src.run`); `k=` takes a comma list.
 It measures only what is cheap (a minute or two on 2 cores, against a sweep's minutes per cell); the
@@ -69,6 +70,9 @@ interval widths, the max APE over the cells measured to within 10%, and how ofte
 median falls inside the prediction's interval. Nothing of the validated sweep enters its
 predictions unless `--fit-sweep` names that sweep itself (its overheads would then be fitted on the
 cells they are judged on; `--fit-drafts` other drafts than those judged keeps them held out).
+`--hold-out` fits each cell's overheads on the `--fit-sweep` sweep's trials of the other drafts in
+the other regimes only (`held_out_overheads`): with `--fit-sweep` the validated sweep itself, no
+cell's prediction has seen its draft or its regime.
 
 Under an adaptive draft-length policy (`policy=`, k its cap; `measure_policy`) the chars per pass
 and the drafted-length distribution come from the loop's own counters under the policy, tv is the
@@ -262,7 +266,7 @@ def split_args(argv: list[str]) -> tuple[list[str], list[str]]:
     return flags, overrides
 
 
-NO_VALUE = {"--validate", "-h", "--help"}
+NO_VALUE = {"--validate", "--hold-out", "-h", "--help"}
 
 
 def positive_ints(key: str, value: str) -> list[int]:
@@ -397,7 +401,7 @@ def measure(cfg, ks: list[int], shapes, seqs: int, every: int, seed: int, loaded
     engine.wrap_draft(draft)
     prompt = target.tokenizer.encode(first.prompt).tolist()
     T, n = first.temperature, first.n_chars
-    seq, p = sample_text(model, prompt, seqs, n, seed, T)
+    seq, p = sample_text(target.model, prompt, seqs, n, seed, T)   # untimed: eager, not a batch-of-seqs graph
     a = float("nan") if draft.library_only else mean_overlap(draft, seq, p, T)   # prompt lookup: no q of its own
     survival, trees, chains, units = np.zeros(0), {}, {}, {}
     if first.engine.name == "transformers":
@@ -570,21 +574,40 @@ def measure_library(chosen: dict, target, draft, prompt: list[int], a: float, se
 def fitted_overheads(uri: str, experiment: str, sweep_id: str, drafts: list[str] | None) -> Overheads:
     """The extended model's o_base, o_pass, gamma fitted on the finished trials of a sweep (those
     of `drafts` only, if given)."""
-    from src.engine.errors import SpecsweepError
-    from .cost_models import EXTENDED_INPUTS, fit_extended
     from .load import connect, load_sweep
     data = load_sweep(connect(uri), experiment, sweep_id)
     t = data.finished
     if drafts:
         t = t[t["draft_name"].isin(drafts)]
+    return overheads_from(t, f"sweep {data.sweep.sweep_id}" + (f" ({', '.join(drafts)})" if drafts else ""),
+                          data.sweep.sweep_id)
+
+
+def overheads_from(t: pd.DataFrame, source: str, sweep_id: str) -> Overheads:
+    """The extended model's (o_pass, gamma) form fitted on trials t (no free loop runs in predict)."""
+    from src.engine.errors import SpecsweepError
+    from .cost_models import EXTENDED_INPUTS, fit_extended
     missing = [c for c in EXTENDED_INPUTS if c not in t.columns]
     if t.empty or missing:
         raise SpecsweepError(f"sweep {sweep_id!r} has no finished trials to fit the overheads on"
                              + (f" (they lack {', '.join(missing)})" if missing and not t.empty else ""))
-    fit = fit_extended(t, free_loop=False)  # the (o_pass, gamma) form: no free loop runs here
-    return Overheads(fit.o_base, fit.o_pass, fit.gamma,
-                     f"extended model fitted on {fit.trials} trials of sweep {data.sweep.sweep_id}"
-                     + (f" ({', '.join(drafts)})" if drafts else ""))
+    fit = fit_extended(t, free_loop=False)
+    return Overheads(fit.o_base, fit.o_pass, fit.gamma, f"extended model fitted on {fit.trials} trials of {source}")
+
+
+def held_out_overheads(finished: pd.DataFrame, sweep_id: str, draft: str, engine: str, batch: int) -> Overheads:
+    """The overheads for one validated cell, fitted on the trials of `finished` (a sweep's) of
+    every other draft in every other regime: neither the cell's draft nor its (engine, batch)
+    enters its prediction. None such: no overheads (0), and the source says so."""
+    from src.engine.errors import SpecsweepError
+    engines = finished["engine"].fillna("eager") if "engine" in finished else pd.Series("eager", index=finished.index)
+    batches = finished["batch"].fillna(1) if "batch" in finished else pd.Series(1, index=finished.index)
+    other = finished[(finished["draft_name"] != draft) & ~((engines == engine) & (batches == batch))]
+    source = f"sweep {sweep_id} without {draft} and without {engine} at batch {batch}"
+    try:
+        return overheads_from(other, source, sweep_id)
+    except SpecsweepError:
+        return Overheads(source=f"none (no trial of {source}: loop overheads taken as 0)")
 
 
 # ---- the two commands -------------------------------------------------------------------------
@@ -636,6 +659,9 @@ def validate_sweep(args, overrides: list[str], o: Overheads) -> pd.DataFrame:
     measured = pooled_speedup(data.pairs, configured_level(fin)).set_index(["draft", "k"])
     common = [f"temperature={fin['temperature'].iloc[0]}", f"n_chars={int(fin['n_chars'].iloc[0])}"]
     loaded, rows, sources = None, [], set()   # where each cell's loop overheads came from
+    if args.hold_out:   # each cell's overheads from the fit sweep's other drafts in other regimes
+        fit = load_sweep(connect(args.uri), args.experiment, args.fit_sweep)
+        fit_trials, fit_id = fit.finished, fit.sweep.sweep_id
     for label in sorted(fin["draft"].unique()):
         g = fin[fin["draft"] == label]
         cell = g.iloc[0]                           # the cell's columns (load.CELL_PARTS)
@@ -653,6 +679,8 @@ def validate_sweep(args, overrides: list[str], o: Overheads) -> pd.DataFrame:
         m = measure(cfg, ks, tree_shapes(cfg, extra) if shape else None, args.seqs, args.every, args.seed, loaded,
                     args.rounds)
         used = o if args.fit_sweep or m.overheads is None else m.overheads
+        if args.hold_out:
+            used = held_out_overheads(fit_trials, fit_id, draft, cell["engine"], int(cell["batch"]))
         sources.add(o.source if used is o else f"{used.source} for {label}")
         table = prediction_table(m.survival, m.costs, used)
         cpp = g.groupby("k")["chars_per_pass"].median()
@@ -707,6 +735,9 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--fit-sweep", help="take the loop overheads from this finished sweep's extended-model fit")
     p.add_argument("--fit-drafts", help="fit them on these drafts' trials only (comma list; default: all)")
     p.add_argument("--validate", action="store_true", help="predict every cell of --sweep-id and print the errors")
+    p.add_argument("--hold-out", action="store_true",
+                   help="with --validate --fit-sweep: each cell's overheads fitted on the fit sweep's other drafts "
+                        "in other regimes only")
     p.add_argument("--sweep-id", help="with --validate: the measured sweep (default: the latest)")
     p.add_argument("--tracking-uri", dest="uri", help="default: $MLFLOW_TRACKING_URI, else the repository's mlruns/")
     p.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help="MLflow experiment (default: %(default)s)")
@@ -790,9 +821,12 @@ def run(argv: list[str]) -> None:
     ks, overrides = parse_ks(overrides)
     engines, batches, overrides = parse_regimes(overrides)
     drafts = [d for d in (args.fit_drafts or "").split(",") if d] or None
+    from src.engine.errors import SpecsweepError
     if args.validate and (engines or batches):
-        from src.engine.errors import SpecsweepError
         raise SpecsweepError("--validate takes each cell's engine and batch from the sweep: drop engine= and batch=")
+    if args.hold_out and not (args.validate and args.fit_sweep):
+        raise SpecsweepError("--hold-out needs --validate and --fit-sweep (the sweep whose other drafts and "
+                             "regimes are fitted)")
     o = fitted_overheads(args.uri, args.experiment, args.fit_sweep, drafts) if args.fit_sweep else Overheads()
     if args.validate:
         validate_sweep(args, overrides, o)

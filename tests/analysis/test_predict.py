@@ -271,6 +271,7 @@ def test_predict_regimes_on_the_tiny_model(tiny, capsys):
                                         (["draft=bigram", "batch=1,x"], "error: batch must be"),
                                         (["draft=bigram", "engine=eager,nosuch"], "error: unknown engine 'nosuch'"),
                                         (["--validate", "batch=1,16"], "error: --validate takes each cell's engine"),
+                                        (["--validate", "--hold-out"], "error: --hold-out needs --validate and --fit-sweep"),
                                         (["--validate", "--tracking-uri", "sqlite:////nonexistent/x.db"],
                                          "error: no tracking store")])
 def test_cli_bad_input_is_one_line_and_exit_2(args, says):
@@ -293,7 +294,7 @@ def test_validate_predicts_every_cell_of_a_finished_sweep_with_both_intervals(sm
     uri, _ = smoke_stores[1]
     store = Path(uri.removeprefix("sqlite:///")).parent
     args = argparse.Namespace(uri=uri, experiment=DEFAULT_EXPERIMENT, sweep_id=None, seqs=2, every=16, seed=0,
-                              rounds=3, fit_sweep=None)
+                              rounds=3, fit_sweep=None, hold_out=False)
     overrides = ["data=synthetic", "model=tiny", "train=quick", f"data.cache_dir={store.parent}/cache",
                  "prompt='The cat '", "timing.cost_reps=2"]
     cells = validate_sweep(args, overrides, Overheads())

@@ -198,3 +198,28 @@ def test_the_error_per_regime_on_planted_validated_cells():
     assert eager["measured inside pred %"] == pytest.approx(100.0)       # 1.00 in [1.0, 1.2], 2.0, 1.0 in theirs
     assert compiled["cells"] == 1 and compiled["max APE % (narrow)"] == pytest.approx(25.0)
     assert compiled["measured inside pred %"] == 0.0
+
+
+def test_held_out_overheads_are_fitted_on_the_other_drafts_in_the_other_regimes_only():
+    """--hold-out: planted trials (no noise) of the seed's three drafts, each seed on another engine;
+    a cell's overheads are fitted on the trials of the two other drafts on the other engines only:
+    they recover the planted parameters from those alone, and the trials it must not see, poisoned
+    (their speculative time tripled), leave its fit unchanged. A regime and draft that leave nothing
+    to fit on give no overheads, and say so."""
+    from analysis.predict import held_out_overheads
+    from tests.analysis import fixtures as fx
+    trials, _ = fx.noisy_frames(fx.Truth(), None)
+    trials["engine"] = trials["seed"].map({0: "eager", 1: "compiled", 2: "onnx"})
+    o = held_out_overheads(trials, "s", "bigram", "eager", 1)
+    used = ((trials["draft_name"] != "bigram") & (trials["engine"] != "eager")).sum()
+    assert o.source == f"extended model fitted on {used} trials of sweep s without bigram and without eager at batch 1"
+    truth = fx.Truth()
+    assert (o.o_base, o.o_pass, o.gamma) == pytest.approx((truth.o_base, truth.o_pass, truth.gamma), rel=1e-6)
+    # poison every trial the cell must not see: its draft anywhere, and anything on its own engine
+    poisoned = trials.copy()
+    seen = (poisoned["draft_name"] == "bigram") | (poisoned["engine"] == "eager")
+    poisoned.loc[seen, "speculative_s_median"] *= 3
+    assert held_out_overheads(poisoned, "s", "bigram", "eager", 1) == o
+    alone = trials[trials["engine"] == "eager"]
+    none = held_out_overheads(alone, "s", "bigram", "eager", 1)
+    assert (none.o_base, none.o_pass, none.gamma) == (0.0, 0.0, 0.0) and none.source.startswith("none (no trial of")
