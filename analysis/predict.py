@@ -53,7 +53,7 @@ the time (tests/analysis/test_predict_interval.py): a little short of 95%, as a 
 sequences and of a median over 15 rounds is.
 
 Regimes: `engine=` and `batch=` take comma lists; each (engine, batch) regime is predicted in turn
-(a regime none of whose settings can run, such as onnx at B > 1, is left out with its reason before
+(a regime none of whose settings can run, such as transformers at B > 1, is left out with its reason before
 any is measured), then the best predicted setting per regime, its interval one that holds for all
 the regime's settings at once (`best_over_settings`), and per engine with two batch sizes or more the predicted
 break-even batch (`break_even_table`: where the best predicted speedup, and its interval's lower and

@@ -529,8 +529,8 @@ BATCH_PROMPTS = ("same", "validation")
 
 
 def batch_settings(c: _Reader, tree, engine: EngineSpec, draft: DraftSpec) -> tuple[int, str]:
-    """(batch, batch_prompts), refused in one line where a batch cannot run: a tree, the onnx
-    engine (its graphs take one sequence) or a draft that cannot draft for a batch (heads)."""
+    """(batch, batch_prompts), refused in one line where a batch cannot run: a tree, the
+    transformers engine (its loop takes one sequence) or a draft that cannot draft for a batch (heads)."""
     batch = integer("batch", c["batch"], 1)
     prompts = c["batch_prompts"]
     if prompts not in BATCH_PROMPTS:
@@ -539,8 +539,8 @@ def batch_settings(c: _Reader, tree, engine: EngineSpec, draft: DraftSpec) -> tu
         return batch, prompts
     if tree is not None:
         raise SpecsweepError(f"batch={batch} decodes chains only: use verify=chain (or batch=1 for a tree)")
-    if engine.name in ("onnx", "transformers"):
-        raise SpecsweepError(f"batch={batch}: engine={engine.name} runs one sequence; use engine=eager or engine=compiled")
+    if engine.name == "transformers":
+        raise SpecsweepError(f"batch={batch}: engine={engine.name} runs one sequence; use engine=eager, compiled or onnx")
     if not getattr(draft_class(draft.cls), "batched", False):
         raise SpecsweepError(f"batch={batch}: draft {draft.name!r} drafts one sequence at a time; use batch=1")
     return batch, prompts

@@ -250,19 +250,21 @@ def test_predict_regimes_on_the_tiny_model(tiny, capsys):
     from tests.conftest import PROMPT
     cfg, corpus, target = tiny
     overrides = ["model=tiny", "train=quick", f"data.path={cfg.data.path}", f"data.cache_dir={cfg.data.cache_dir}",
-                 f"prompt='{PROMPT}'", "n_chars=64", "timing.cost_reps=2", "timing.cost_width=null", "draft=bigram"]
+                 f"prompt='{PROMPT}'", "n_chars=64", "timing.cost_reps=2", "timing.cost_width=null", "draft=int8"]
     args = argparse.Namespace(seqs=2, every=16, seed=0, rounds=3, fit_sweep=None)
-    best = predict_regimes(args, overrides, [1, 2], ["eager", "onnx"], [1, 2], Overheads(), (corpus, target))
+    best = predict_regimes(args, overrides, [1, 2], ["eager", "onnx", "transformers"], [1, 2], Overheads(),
+                           (corpus, target))
     out = capsys.readouterr().out
-    assert out.startswith("regimes left out: engine=onnx batch=2 (no setting left to predict: batch=2: engine=onnx "
-                          "runs one sequence; use engine=eager or engine=compiled)\n")
-    assert list(zip(best["engine"], best["batch"])) == [("eager", 1), ("eager", 2), ("onnx", 1)]
+    assert out.startswith("regimes left out: engine=transformers batch=2 (no setting left to predict: batch=2: "
+                          "engine=transformers runs one sequence; use engine=eager, compiled or onnx)\n")
+    assert list(zip(best["engine"], best["batch"])) == [("eager", 1), ("eager", 2), ("onnx", 1), ("onnx", 2),
+                                                         ("transformers", 1)]
     assert (best["lo"] <= best["hi"]).all() and best["predicted"].gt(0).all() and set(best["k"]) <= {1, 2}
-    assert out.count("recommended: ") == 3 and "lo-hi: the central 95% of 2000 bootstrap replicates" in out
+    assert out.count("recommended: ") == 5 and "lo-hi: the central 95% of 2000 bootstrap replicates" in out
     assert "best predicted setting per regime" in out
     table = out.split("predicted break-even batch per engine")[1]
-    assert table.splitlines()[2].split()[0] == "eager" and "break-even B" in table
-    assert "(not placed: onnx, predicted at one batch size only)" in table
+    assert [line.split()[0] for line in table.splitlines()[2:4]] == ["eager", "onnx"] and "break-even B" in table
+    assert "(not placed: transformers, predicted at one batch size only)" in table
 
 
 @pytest.mark.slow

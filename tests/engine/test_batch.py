@@ -1,7 +1,9 @@
 """A batch of B sequences decodes each sequence exactly as if it were alone (src/engine/batch.py).
 
 1. No leakage: a (B, T) pass with each row at its own positions over a cache of B rows gives each
-   row the logits of that row's own one-sequence pass (eager; the compiled engine too, slow).
+   row the logits of that row's own one-sequence pass (eager, onnx; the compiled engine too, slow).
+   Negative control (onnx): a batch mask that lets every row see as many cached slots as the
+   longest row (a shorter row then attends to slots it never wrote).
 2. The pieces: `draw_rows` draws what `draw` draws with the same uniform; `accept_rows` decides
    each row as `speculative_accept` decides it alone, with that row's uniforms.
 3. The law, per sequence: the production batch loop at B = 4, its rows started from different
@@ -9,7 +11,8 @@
    B-1 chars whose law at every position of a pass, the bonus position k+1 included, is the
    target's given the emitted prefix (a chi-square per position against exact distributions;
    ALPHA as in test_exactness.py), for a table draft (bigram) and a model draft (int4: the tiny
-   target's int8 copy accepts nearly every char, so its rows would rarely differ).
+   target's int8 copy accepts nearly every char, so its rows would rarely differ); the bigram's
+   batch on the onnx engine too (its own batched graphs).
    Negative control: a batch cut at its shortest accepted prefix that then draws the residual
    of the wrong position for the rows that accepted more (rejected at p < 1e-6).
 4. Independence between sequences: rows 0 and B-1 started from one prompt emit first chars
@@ -18,7 +21,7 @@
    and a near-uniform bigram whose drafts are mostly rejected. Negative control: sequences that
    share one acceptance uniform per pass (rejected at p < 1e-6 with the near-uniform bigram).
 5. Greedy: at temperature 0 the batched baseline and the batched speculative loop give each
-   sequence the one-sequence greedy baseline's chars, on eager and compiled (slow).
+   sequence the one-sequence greedy baseline's chars, on eager, onnx and compiled (slow).
 
 False-failure rate: under 30 tests at ALPHA = 1e-4 here: < 0.3% for a random seed; the seeds are fixed.
 """
@@ -28,6 +31,7 @@ import copy
 import math
 from collections import defaultdict
 
+import numpy as np
 import pytest
 import torch
 
@@ -108,6 +112,26 @@ def test_ragged_batch_passes_on_the_compiled_engine(tiny, engine_cache):
     prompts = corpus_prompts(tiny)
     assert ragged_passes_match(target.model, runner, prompts, torch.Generator().manual_seed(6)) < 1e-4
     assert not runner.fallback and len(runner.compile_s) >= 2   # the batch's shapes ran compiled
+
+
+def test_ragged_batch_passes_on_the_onnx_engine(tiny, engine_cache):
+    _, _, target = tiny
+    runner = engine("onnx", engine_cache).wrap(target.model)
+    prompts = corpus_prompts(tiny)
+    assert ragged_passes_match(target.model, runner, prompts, torch.Generator().manual_seed(7)) < 1e-4
+    assert not runner.fallback and {shape[0] for shape, _ in runner.compile_s} == {(B)}   # batch graphs ran
+
+
+def test_the_ragged_test_catches_an_onnx_batch_mask_of_the_longest_row(tiny, engine_cache, monkeypatch):
+    from src.engine.onnx_engine import OnnxModel
+    _, _, target = tiny
+    runner = engine("onnx", engine_cache).wrap(target.model)
+    right = OnnxModel.batch_masks
+
+    def longest(self, pos, S):   # NEGATIVE CONTROL: every row sees the slots before the longest row's start
+        return right(self, np.broadcast_to(pos.max(0, keepdims=True), pos.shape), S)
+    monkeypatch.setattr(OnnxModel, "batch_masks", longest)
+    assert ragged_passes_match(target.model, runner, corpus_prompts(tiny), torch.Generator().manual_seed(7)) > 1e-2
 
 
 def test_a_leaking_cache_is_caught():
@@ -223,6 +247,20 @@ def test_each_sequence_of_a_batch_has_the_targets_law_at_every_pass_position(tin
             assert v > ALPHA, f"{draft_name} sequence {row}: pass position {m} p = {v:.2e}"
 
 
+def test_each_sequence_of_an_onnx_batch_has_the_targets_law_at_every_pass_position(tiny, engine_cache):
+    _, _, target = tiny
+    e = engine("onnx", engine_cache)
+    runner = e.wrap(target.model)
+    draft, prompts, k = batch_draft(tiny, "bigram"), two_prompts(tiny), 2
+    gens = batch_runs(runner, draft, prompts, k, 6, RUNS)
+    assert (B, k + 1) in {shape for shape, _ in runner.compile_s} and not runner.fallback   # the batch graph verified
+    for row in (0, B - 1):
+        pv = law_p_values(target.model, prompts, gens, row, k)
+        assert sorted(pv) == list(range(1, k + 2)), pv
+        for m, v in pv.items():
+            assert v > ALPHA, f"onnx sequence {row}: pass position {m} p = {v:.2e}"
+
+
 def test_the_law_test_catches_a_batch_cut_at_its_shortest_prefix(tiny, monkeypatch):
     _, _, target = tiny
     draft, prompts, k = batch_draft(tiny, "bigram"), two_prompts(tiny), 2
@@ -283,7 +321,7 @@ def test_the_independence_test_catches_a_shared_acceptance_uniform(tiny, monkeyp
 
 # ---- 5. greedy ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", ["eager", pytest.param("compiled", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("name", ["eager", "onnx", pytest.param("compiled", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("draft_name", ["bigram", "ngram", "int8"])
 def test_greedy_batch_equals_each_sequence_alone(tiny, engine_cache, name, draft_name):
     _, _, target = tiny
