@@ -651,7 +651,7 @@ def validate_sweep(args, overrides: list[str], o: Overheads) -> pd.DataFrame:
     from src.trial.spec import trial_spec
     from .aggregate import configured_level, pooled_speedup
     from .cost_models import PAPER_DRAFTS
-    from .load import connect, load_sweep
+    from .load import cell_labels, connect, load_sweep
     data = load_sweep(connect(args.uri), args.experiment, args.sweep_id)
     fin = data.finished
     if fin.empty:
@@ -659,6 +659,7 @@ def validate_sweep(args, overrides: list[str], o: Overheads) -> pd.DataFrame:
     measured = pooled_speedup(data.pairs, configured_level(fin)).set_index(["draft", "k"])
     common = [f"temperature={fin['temperature'].iloc[0]}", f"n_chars={int(fin['n_chars'].iloc[0])}"]
     loaded, rows, sources = None, [], set()   # where each cell's loop overheads came from
+    best = []                                 # per cell label: the best predicted setting (the break-even)
     if args.hold_out:   # each cell's overheads from the fit sweep's other drafts in other regimes
         fit = load_sweep(connect(args.uri), args.experiment, args.fit_sweep)
         fit_trials, fit_id = fit.finished, fit.sweep.sweep_id
@@ -683,11 +684,15 @@ def validate_sweep(args, overrides: list[str], o: Overheads) -> pd.DataFrame:
             used = held_out_overheads(fit_trials, fit_id, draft, cell["engine"], int(cell["batch"]))
         sources.add(o.source if used is o else f"{used.source} for {label}")
         table = prediction_table(m.survival, m.costs, used)
+        free = cell_labels(g.iloc[:1], leave_out=("engine", "batch")).iloc[0]   # the cell less its regime
+        best.append({"draft": free, "engine": cell["engine"], "batch": int(cell["batch"]),
+                     **best_over_settings(m.costs, used)})
         cpp = g.groupby("k")["chars_per_pass"].median()
         for r in table.itertuples():
             meas = measured.loc[(label, r.k)] if (label, r.k) in measured.index else None
             m_med, m_lo, m_hi = (meas["median"], meas["lo"], meas["hi"]) if meas is not None else (np.nan,) * 3
-            rows.append({"draft": label, "draft_name": draft, "engine": cell["engine"], "batch": int(cell["batch"]),
+            rows.append({"draft": label, "draft_name": draft, "cell": free, "engine": cell["engine"],
+                         "batch": int(cell["batch"]),
                          "k": r.k, "cpp": r.cpp, "cpp measured": cpp.get(r.k, np.nan), "c": r.c,
                          "predicted": r.predicted, "pred lo": r.lo, "pred hi": r.hi, "measured": m_med,
                          "meas lo": m_lo, "meas hi": m_hi, "ape %": abs(r.predicted - m_med) / m_med * 100})
@@ -700,7 +705,39 @@ def validate_sweep(args, overrides: list[str], o: Overheads) -> pd.DataFrame:
     print(ape_summary(cells, PAPER_DRAFTS).to_string(index=False, float_format=lambda v: f"{v:.1f}"))
     print(f"\nper regime (narrow: cells whose measured interval is under {NARROW:.0%} of their median wide)")
     print(regime_errors(cells).to_string(index=False, float_format=lambda v: f"{v:.1f}"))
+    if cells["batch"].nunique() > 1:
+        table = break_even_beside(pd.DataFrame(best), cells, data.pairs, configured_level(fin))
+        print("\nbreak-even batch per draft and engine, predicted (its interval's ends) beside measured (the "
+              "report's range: each B's seed-bootstrap interval for the best of its k)")
+        print(table[[c for c in table.columns if not c.startswith("_")]].to_string(index=False))
     return cells
+
+
+def break_even_beside(best: pd.DataFrame, cells: pd.DataFrame, pairs: pd.DataFrame, level: float) -> pd.DataFrame:
+    """Per draft (its cell less the regime) and engine measured at two batch sizes or more: the
+    predicted break-even batch (`break_even_table` over `best`, the best predicted setting per
+    regime) beside the measured one (analysis.regimes.break_even_rows over the regimes table of
+    the validated cells and their pairs, the report's rule)."""
+    from .regimes import Regime, batch_label, break_even_rows, regimes_table
+    shown = cells.rename(columns={"meas lo": "lo", "meas hi": "hi"}).assign(draft_name=cells["cell"])
+    regimes, regime_pairs = {}, {}
+    for (engine, batch), g in shown.groupby(["engine", "batch"], sort=True):
+        regimes[Regime(engine, int(batch))] = g[["draft", "draft_name", "k", "measured", "lo", "hi"]]
+        regime_pairs[Regime(engine, int(batch))] = pairs[pairs["draft"].isin(set(g["draft"]))]
+    measured = break_even_rows(regimes_table(regimes, regime_pairs, level).df).set_index(["draft", "engine"])
+    rows = []
+    for draft, g in best.groupby("draft", sort=True):
+        for p in break_even_table(g.drop(columns="draft")).to_dict("records"):
+            row = {"draft": draft, "engine": p["engine"], "predicted break-even B": p["break-even B"]}
+            if (draft, p["engine"]) in measured.index:
+                m = measured.loc[(draft, p["engine"])]
+                bs = m["bs"]
+                row["measured break-even B"] = (f"{batch_label(m['point'], bs)} [{batch_label(m['first'], bs)} - "
+                                                f"{batch_label(m['last'], bs)}]")
+                row["_measured"] = m["point"]
+            row["_predicted"] = p["_point"]
+            rows.append(row)
+    return pd.DataFrame(rows)
 
 
 NARROW = 0.10   # a measured interval narrower than this share of its median: the cell can judge a 10% error

@@ -200,6 +200,27 @@ def test_the_error_per_regime_on_planted_validated_cells():
     assert compiled["measured inside pred %"] == 0.0
 
 
+def test_the_break_even_batch_predicted_beside_measured_on_planted_cells():
+    """--validate on a sweep of several batch sizes: per draft and engine the predicted break-even
+    (the best predicted setting per B) beside the measured one (the report's rule on the validated
+    cells: one seed, so each B's best cell's own interval). Planted: predicted 1.5 at B = 1 and 0.5 at
+    B = 4 (crossing at B = 2), measured 1.2 and 0.9 (crossing at 2^(4/3)); two k per B, the best read."""
+    from analysis.predict import break_even_beside
+    best = pd.DataFrame({"draft": ["bigram", "bigram"], "engine": ["eager", "eager"], "batch": [1, 4],
+                         "setting": [2, 2], "k": [2, 2], "predicted": [1.5, 0.5], "lo": [1.4, 0.4], "hi": [1.6, 0.6]})
+    cells = pd.DataFrame({"draft": ["bigram", "bigram", "bigram@B4", "bigram@B4"], "cell": ["bigram"] * 4,
+                          "engine": ["eager"] * 4, "batch": [1, 1, 4, 4], "k": [1, 2, 1, 2],
+                          "measured": [1.1, 1.2, 0.9, 0.7], "meas lo": [1.0, 1.1, 0.8, 0.6],
+                          "meas hi": [1.2, 1.3, 1.05, 0.8]})
+    pairs = pd.DataFrame({"draft": ["bigram", "bigram@B4"], "k": [2, 1], "seed": [0, 0], "ratio": [1.2, 0.9]})
+    row = break_even_beside(best, cells, pairs, 0.95).iloc[0]
+    assert (row["draft"], row["engine"]) == ("bigram", "eager")
+    assert row["_predicted"] == pytest.approx(2.0) and row["predicted break-even B"] == "2 [2 - 2]"
+    assert row["_measured"] == pytest.approx(2 ** (4 / 3))
+    # the measured ends: the lower ends 1.1, 0.8 cross at 2^(2 (0.1 / 0.3)); the upper 1.3, 1.05 never
+    assert row["measured break-even B"] == f"3 [{2 ** (2 / 3):.0f} - > 4]"
+
+
 def test_held_out_overheads_are_fitted_on_the_other_drafts_in_the_other_regimes_only():
     """--hold-out: planted trials (no noise) of the seed's three drafts, each seed on another engine;
     a cell's overheads are fitted on the trials of the two other drafts on the other engines only:
