@@ -3,12 +3,13 @@ PYTHON ?= python3.11
 VENV   := .venv
 PY     := $(VENV)/bin/python
 ARGS   ?=
+PREDICT_ARGS ?=
 SWEEP  ?= paper
 TEST_WORKERS ?= auto   # pytest-xdist workers for make test / test-fast (auto: one per core)
 TORCH_INDEX ?=         # a wheel index for torch alone, e.g. PyTorch's CPU-only index (empty: pip's configured index)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run sweep ui analyze predict test test-fast readme-example bench bench-sweep bench-noise bench-drafts bench-ceiling bench-folder retrain-default export clean-outputs
+.PHONY: help setup run sweep ui analyze predict test test-fast readme-example bench bench-sweep bench-predict bench-noise bench-drafts bench-ceiling bench-folder retrain-default export clean-outputs
 .PHONY: setup-cluster tracking-server tracking-server-stop ray-up ray-down
 
 help: ## list the targets
@@ -58,6 +59,10 @@ bench: $(VENV)/.installed ## print the benchmark tables (loop overhead, int8 ker
 
 bench-sweep: $(VENV)/.installed ## a sweep run three times (n_jobs=1, again at 1, at 2): timing agreement, harness overhead, wall ratio (ARGS=--n1-only: one run, the overhead alone)
 	$(PY) -m src.bench.harness --sweep $(SWEEP) $(ARGS)
+
+bench-predict: $(VENV)/.installed ## the prediction's held-out error: a named sweep (SWEEP=NAME, one trial at a time; ARGS=its overrides), then each of its cells predicted from probes alone beside it, the error per regime (PREDICT_ARGS="model=NAME" where the sweep's target needs it)
+	$(PY) -m src.run --config-dir sweeps --config-name $(SWEEP) hydra.launcher.n_jobs=1 $(ARGS)
+	$(PY) -m analysis.predict --validate $(PREDICT_ARGS)
 
 bench-noise: $(VENV)/.installed ## the sweep quiet, then under a CPU hog (n_jobs=1): cell agreement, pairs, model errors, fits, advice (ARGS="--seeds 0,1 --hog-cores 1")
 	$(PY) -m src.bench.noise --sweep $(SWEEP) $(ARGS)

@@ -33,7 +33,7 @@ CELL = ["draft", "k"]          # one table row: a trial aggregated across seeds
 CELL_PARTS = ["draft_name", "draft_options", "policy", "tree", "engine", "batch"]
 INT_PARAMS = ["k", "seed", "n_chars", "pairs_min"]
 FLOAT_PARAMS = ["temperature", "confidence"]
-STR_PARAMS = ["draft", "target_key"]
+STR_PARAMS = ["draft", "target_key", "batch_prompts"]
 # column -> the params it is read from, per run the first one set: the configured minimum of pairs
 # was logged as `pairs` by older code; the interval's level is the flattened config's own param
 PARAM_SOURCES = {"pairs_min": ["pairs_min", "pairs"], "confidence": ["timing.confidence"]}

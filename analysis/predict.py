@@ -33,11 +33,17 @@ Prediction per k (pure functions below, no loop is run):
     chars per pass   cpp(k) = 1 + S_1 + ... + S_k                       (tree: 1 + E[path length])
     speedup          cpp(k) (t1 + o_base) / (tv(k) + o_pass + n(k) td (1 + gamma))
 with n(k) = k drafted chars (tree: mean drafted nodes per pass) and o_base, o_pass (us), gamma the
-extended cost model's loop overheads (analysis/cost_models.py, its (o_pass, gamma) form: no free
-loop is timed here, so o_pass stays fitted), fitted on a finished sweep's trials (`--fit-sweep`,
-its drafts in `--fit-drafts`; fitted on that sweep's machine, so the overheads in microseconds
-carry over only to a machine of that speed); without it all three are
-0 and the output says so. With them 0 and tv = t1 the formula is the seed's cpp / (1 + k c).
+loop overheads. For a chain of fixed k at batch 1 they are measured per setting, as a trial
+measures them (`loop_probes`): the baseline loop of n_chars and the speculative loop replaying one
+recorded run's proposals at no drafting cost (src/engine/replay.py) are timed in the same
+interleaved rounds as t1, tv and td, o_base = the baseline loop's step beyond t1 and o_pass = the
+free loop's pass beyond tv (the table's o_base and o_pass columns); gamma, a draft's in-loop
+excess over its own timed proposal, is not measured (0). Elsewhere (trees, policies, batches),
+or with `--fit-sweep`, they are the extended cost model's (analysis/cost_models.py, its (o_pass,
+gamma) form) fitted on a finished sweep's trials (its drafts in `--fit-drafts`; fitted on that
+sweep's machine, so the overheads in microseconds carry over only to a machine of that speed);
+without it all three are 0 there and the output says so. With them 0 and tv = t1 the formula is
+the seed's cpp / (1 + k c).
 The recommended setting is the one with the highest predicted speedup; where none is above 1x, the
 advice is not to speculate; where its interval reaches 1x, the advice says the probes cannot tell it
 from no gain.
@@ -46,9 +52,9 @@ Interval (lo-hi): how far the probes' own sampling and timing spread move the pr
 (`replicates`): 2,000 bootstrap replicates, each resampling the sampled sequences (a batch probe: its
 runs) for the chars per pass and the drafted chars per pass, the timing rounds (one draw of round
 indices for t1, tv and td: they were timed interleaved, a round at one machine speed) for the
-component times, and a table draft's cold-cost replays for its td; the central 95%. The loop
-overheads are held at their values, and the cost model's own error is not in it (--validate
-measures that). On planted probes of 16 sequences and 15 rounds it covers the true speedup 93.8% of
+component times (with a chain's measured loops, timed in those rounds), and a table draft's
+cold-cost replays for its td; the central 95%. Fitted loop overheads are held at their values, and
+the cost model's own error is not in it (--validate measures that). On planted probes of 16 sequences and 15 rounds it covers the true speedup 93.8% of
 the time (tests/analysis/test_predict_interval.py): a little short of 95%, as a bootstrap of 16
 sequences and of a median over 15 rounds is.
 
@@ -60,8 +66,8 @@ break-even batch (`break_even_table`: where the best predicted speedup, and its 
 upper ends, fall below 1x, linear in log2 B between the sizes given, the rule of the report's
 measured batch table).
 
---validate predicts every cell of a finished sweep (same target, temperature and n_chars as its
-trials, drafts built as the trials built them) and prints, per cell, predicted and measured (the
+--validate predicts every cell of a finished sweep (same target, temperature, n_chars and batch
+prompts as its trials, drafts built as the trials built them) and prints, per cell, predicted and measured (the
 pooled median over every pair of the cell's seeds, as the report) with APE = |pred - meas| / meas
 (and the predicted chars per pass beside the trials' median, both intervals beside their medians),
 then median and max APE for the seed's drafts (bigram, int8, int4) and the new drafts apart, and
@@ -86,7 +92,7 @@ pass, o_pass taken equal, unless --fit-sweep gives them). At `batch=B`
 (B > 1; `measure_batch`) the chars per pass come from the batch loop's own counters (a sequence's
 chars over the batch's passes: the batch waits for its slowest sequence) and the costs are taken
 at (B, width): the same formula then predicts the throughput speedup. --validate reads each cell's
-engine and batch from its label; other settings of the sweep (batch_prompts, ...) are overrides.
+engine and batch from its trials; other settings of the sweep (the model, the data, ...) are overrides.
 
 A k the draft or the context window cannot take is left out with a line saying why. Bad input
 (unknown draft, no setting or regime left, a bad k, engine or batch list, engine= or batch= with
@@ -135,10 +141,13 @@ def replicates(m: dict, overheads: Overheads, reps: int = INTERVAL_REPS,
     the sequences (units) resampled with replacement for cpp and the drafted chars per pass; the
     timing rounds resampled with replacement, one draw of round indices for t1, tv and td together
     (they were timed interleaved, a round at one machine speed), each the median over the drawn
-    rounds as the point estimate is over all rounds; a table draft's replays resampled for td. The
-    loop overheads are held at their values. A setting without a spread gives its point value."""
+    rounds as the point estimate is over all rounds; a table draft's replays resampled for td. A
+    setting's measured loops (m["overheads"], `loop_probes`) are drawn in the same rounds (its
+    baseline and free loops' times); fitted or given loop overheads are held at their values. A
+    setting without a spread gives its point value."""
     rng = rng if rng is not None else np.random.default_rng(INTERVAL_SEED)
     sp: Spread | None = m.get("spread")
+    overheads = m.get("overheads", overheads)   # the setting's own measured loops, where it has them
     if sp is None:
         return np.full(reps, float(speedup(m["cpp"], m["target_pass_us"], m["verify_pass_us"], m["draft_char_us"],
                                            m["nodes"], overheads)))
@@ -149,6 +158,9 @@ def replicates(m: dict, overheads: Overheads, reps: int = INTERVAL_REPS,
     r = {name: np.asarray(v, dtype=float) for name, v in sp.rounds.items()}
     rounds = rng.integers(0, len(r["target"]), (reps, len(r["target"])))
     t1, tv, td = (np.median(r[name][rounds], axis=1) for name in ("target", "verify", "draft"))
+    if "overheads" in m and {"base", "free"} <= set(r):   # measured loops: drawn in the same rounds
+        base, free = (np.median(r[name][rounds], axis=1) for name in ("base", "free"))
+        overheads = Overheads(base - t1, free - tv, overheads.gamma, overheads.source)
     if sp.replays:
         replays = np.asarray(sp.replays, dtype=float)
         td = sp.draft_scale * np.median(replays[rng.integers(0, len(replays), (reps, len(replays)))], axis=1)
@@ -174,21 +186,25 @@ def prediction_table(survival, costs: dict, overheads: Overheads, a: float | Non
     """One row per setting: k (or tree shape), cpp, c, tv/t1, the seed formula cpp / (1 + n c),
     the predicted speedup and, where the costs carry their probes' spread (`Spread`), its interval
     lo-hi at `level` (`replicates`). costs: label -> dict(k, target_pass_us, verify_pass_us,
-    draft_char_us, nodes, optionally cpp (else chars_per_pass(survival, k)), draft_char_us_warm and
-    spread); survival: S_1.. for chains; a: the first position's overlap, for the i.i.d. column
-    (chains)."""
+    draft_char_us, nodes, optionally cpp (else chars_per_pass(survival, k)), draft_char_us_warm,
+    spread and overheads: the setting's measured loops, which then stand for `overheads`, shown as
+    columns o_base, o_pass); survival: S_1.. for chains; a: the first position's overlap, for the
+    i.i.d. column (chains)."""
     reps = setting_replicates(costs, overheads) if all("spread" in m for m in costs.values()) else None
     rows = []
     for label, m in costs.items():
         cpp = m["cpp"] if "cpp" in m else chars_per_pass(survival, m["k"])
         t1, tv, td, n = m["target_pass_us"], m["verify_pass_us"], m["draft_char_us"], m["nodes"]
+        o = m.get("overheads", overheads)
         row = {"setting": label, "k": m["k"], "drafted": n, "cpp": cpp}
         if a is not None:
             row["cpp iid"] = float(iid_chars_per_pass(a, m["k"]))   # NaN where the draft has no q (prompt lookup)
         if "draft_char_us_warm" in m:
             row["c warm"] = m["draft_char_us_warm"] / t1
+        if "overheads" in m:
+            row |= {"o_base": o.o_base, "o_pass": o.o_pass}
         row |= {"c": td / t1, "tv/t1": tv / t1, "seed formula": seed_speedup(cpp, n, td / t1),
-                "predicted": float(speedup(cpp, t1, tv, td, n, overheads))}
+                "predicted": float(speedup(cpp, t1, tv, td, n, o))}
         if reps is not None:
             row["lo"], row["hi"] = interval(reps[label], level)
         rows.append(row)
@@ -425,10 +441,17 @@ def measure(cfg, ks: list[int], shapes, seqs: int, every: int, seed: int, loaded
             units[label] = np.array([(p + t.sum(), p, p * c.k) for t, (_, p, _) in zip(totals, runs)], dtype=float)
         survival = chains[max(chosen, key=lambda label: chosen[label].k)]
     costs, gen = {}, torch.Generator().manual_seed(seed)
+    # a chain's loops, timed with its components as a trial times them: the baseline loop and the loop
+    # replaying one recorded run's proposals (its seed's; the recording and its check run untimed)
+    loops = {label: None if shapes else loop_probes(model, draft, prompt, n, c.k, T, c.device, seed)
+             for label, c in chosen.items()}
     with timing_lock(first.timing):
         for label, c in chosen.items():
             m = measure_cost(model, draft, prompt, c.k, T, c.timing.cost_reps, c.device, rounds, c.tree,
-                             keep_rounds=True)
+                             loops=loops[label], keep_rounds=True)
+            if loops[label]:
+                m["overheads"] = Overheads(m["base_pass_us"] - m["target_pass_us"],
+                                           m["free_pass_us"] - m["verify_pass_us"], 0.0, MEASURED_LOOPS)
             m = {"k": c.k, **m, "nodes": trees[label][1] if shapes else c.k}
             m["cpp"] = trees[label][0] if shapes else chars_per_pass(chains[label], c.k)
             replays = ()
@@ -443,6 +466,39 @@ def measure(cfg, ks: list[int], shapes, seqs: int, every: int, seed: int, loaded
             m["spread"] = Spread(units[label], m.pop("rounds_us"), replays)
             costs[label] = m
     return Measured(target.key, a, survival, costs, time.perf_counter() - t0)
+
+
+MEASURED_LOOPS = ("measured per setting with its components (o_base: the baseline loop's step beyond its one-char "
+                  "pass; o_pass: the loop replaying a recorded run's proposals, at no drafting cost, per pass beyond "
+                  "its verify pass; gamma 0: a draft's in-loop excess over its own timed proposal is not in them)")
+
+
+def loop_probes(model, draft, prompt: list[int], n: int, k: int, temperature: float, device: str, seed: int):
+    """measure_cost's `loops` for a chain at k, as a trial builds them (src/trial/trial.py): "free",
+    the speculative loop replaying the proposals recorded in one run from `seed`
+    (src/engine/replay.py: the verify pass as it runs in the loop plus the loop's own work, no
+    drafting), and "base", the baseline loop of n chars. None (and a warning) where the replay
+    diverges from the recorded run."""
+    import torch
+    from src.engine.decode import generate_baseline, generate_speculative
+    from src.engine.replay import ProposalRecorder
+    from src.trial.trial import free_loop_run
+
+    def new_gen():
+        return torch.Generator(device=device).manual_seed(seed)
+
+    def speculate(track_overlap=True, with_draft=draft):
+        return generate_speculative(model, with_draft, prompt, n, k, temperature, new_gen(), track_overlap=track_overlap)
+    recorder = ProposalRecorder(draft)
+    free = free_loop_run(speculate, recorder, speculate(with_draft=recorder))
+    if free is None:
+        return None
+    return {"free": free, "base": (lambda: generate_baseline(model, prompt, n, temperature, new_gen()), n)}
+
+
+def without_loops(costs: dict) -> dict:
+    """The settings' costs less their measured loops: fitted or given overheads apply instead."""
+    return {label: {key: v for key, v in m.items() if key != "overheads"} for label, m in costs.items()}
 
 
 def measure_policy(chosen: dict, model, draft, target, prompt: list[int], seq, a: float, seqs: int, seed: int,
@@ -620,13 +676,16 @@ def print_prediction(name: str, m: Measured, table: pd.DataFrame, o: Overheads, 
         print(f"overlap at the first drafted position a = {m.a:.3f}")
     if len(m.survival):
         print("P(drafts 1..i kept) " + " ".join(f"{s:.2f}" for s in m.survival))
-    print(f"loop overheads: {o.source}" + (f": o_base {o.o_base:.1f} us, o_pass {o.o_pass:.1f} us, "
-                                           f"gamma {o.gamma:.3f}" if not o.source.startswith("none") else ""))
+    if "o_pass" in table:   # the settings' measured loops (us, in the table)
+        print(f"loop overheads: {MEASURED_LOOPS}")
+    else:
+        print(f"loop overheads: {o.source}" + (f": o_base {o.o_base:.1f} us, o_pass {o.o_pass:.1f} us, "
+                                               f"gamma {o.gamma:.3f}" if not o.source.startswith("none") else ""))
     print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     if "lo" in table:
         print(f"lo-hi: the central {INTERVAL_LEVEL:.0%} of {INTERVAL_REPS} bootstrap replicates of the probes "
-              "(sequences, timing rounds, a table draft's replays); the loop overheads and the cost model's own "
-              "error are not in it (--validate measures that)")
+              "(sequences, timing rounds with the loops timed in them, a table draft's replays); fitted loop "
+              "overheads and the cost model's own error are not in it (--validate measures that)")
     print(recommendation(table))
 
 
@@ -658,6 +717,8 @@ def validate_sweep(args, overrides: list[str], o: Overheads) -> pd.DataFrame:
         raise SpecsweepError(f"sweep {data.sweep.sweep_id!r} has no finished trial")
     measured = pooled_speedup(data.pairs, configured_level(fin)).set_index(["draft", "k"])
     common = [f"temperature={fin['temperature'].iloc[0]}", f"n_chars={int(fin['n_chars'].iloc[0])}"]
+    if "batch_prompts" in fin and fin["batch_prompts"].nunique() == 1:   # a batch's prompts as its trials had them
+        common.append(f"batch_prompts={fin['batch_prompts'].iloc[0]}")
     loaded, rows, sources = None, [], set()   # where each cell's loop overheads came from
     best = []                                 # per cell label: the best predicted setting (the break-even)
     if args.hold_out:   # each cell's overheads from the fit sweep's other drafts in other regimes
@@ -680,9 +741,14 @@ def validate_sweep(args, overrides: list[str], o: Overheads) -> pd.DataFrame:
         m = measure(cfg, ks, tree_shapes(cfg, extra) if shape else None, args.seqs, args.every, args.seed, loaded,
                     args.rounds)
         used = o if args.fit_sweep or m.overheads is None else m.overheads
+        if args.fit_sweep:   # the fitted overheads in place of the settings' measured loops
+            m.costs = without_loops(m.costs)
         if args.hold_out:
             used = held_out_overheads(fit_trials, fit_id, draft, cell["engine"], int(cell["batch"]))
-        sources.add(o.source if used is o else f"{used.source} for {label}")
+        if any("overheads" in setting for setting in m.costs.values()):
+            sources.add("the cells' own loops " + MEASURED_LOOPS)
+        else:
+            sources.add(o.source if used is o else f"{used.source} for {label}")
         table = prediction_table(m.survival, m.costs, used)
         free = cell_labels(g.iloc[:1], leave_out=("engine", "batch")).iloc[0]   # the cell less its regime
         best.append({"draft": free, "engine": cell["engine"], "batch": int(cell["batch"]),
@@ -830,6 +896,8 @@ def predict_regimes(args, overrides: list[str], ks: list[int], engines: list[str
             print()
         m = measure(cfg, ks, shapes, args.seqs, args.every, args.seed, loaded, args.rounds)
         used = m.overheads if m.overheads is not None and not args.fit_sweep else o
+        if args.fit_sweep:   # the fitted overheads in place of the settings' measured loops
+            m.costs = without_loops(m.costs)
         print_prediction(cfg.draft.name, m, prediction_table(m.survival, m.costs, used, None if shapes else m.a),
                          used, cfg.temperature, cfg.engine.name, cfg.batch)
         best.append({"engine": cfg.engine.name, "batch": int(cfg.batch), **best_over_settings(m.costs, used)})

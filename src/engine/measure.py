@@ -115,9 +115,10 @@ def component_times(blocks: dict, k: int, loops: dict, rounds: int, width: float
     """measure_cost's rounds and statistics over its timed blocks: "target" (a 1-char pass),
     "verify" (a (k+1)-char pass; with `drafted`, "verify <w>" per width w instead, mixed per round
     by the shares of passes drafting w-1 chars), "draft" (one k-char proposal) and one "<name> loop"
-    per loop. keep_rounds: out["rounds_us"] = {"target", "verify", "draft"} -> one value per round
-    in microseconds (the verify pass mixed by the shares, the draft per drafted char), whose
-    medians are target_pass_us, verify_pass_us and draft_char_us."""
+    per loop. keep_rounds: out["rounds_us"] = {"target", "verify", "draft", each loop's name} -> one
+    value per round in microseconds (the verify pass mixed by the shares, the draft per drafted
+    char, a loop per pass), whose medians are target_pass_us, verify_pass_us, draft_char_us and
+    <name>_pass_us."""
     blocks = blocks | {f"{name} loop": (run, 1) for name, (run, _) in loops.items()}
     adaptive = bool(width)
 
@@ -150,7 +151,7 @@ def component_times(blocks: dict, k: int, loops: dict, rounds: int, width: float
         out |= {f"{name}_per_base": round_ratio(x, per_round["base"]) for name, x in per_round.items()
                 if name != "base" and not name.startswith("verify ")}
     if keep_rounds:
-        out["rounds_us"] = {name: [x * 1e6 for x in per_round[name]] for name in ("target", "verify", "draft")}
+        out["rounds_us"] = {name: [x * 1e6 for x in per_round[name]] for name in ("target", "verify", "draft", *loops)}
     return out
 
 

@@ -15,7 +15,7 @@ import torch
 from analysis import figures
 from analysis.formula import MAP_KS, Overheads, chars_per_pass, iid_chars_per_pass, pays_grid, speedup
 from analysis.pays import PaysInputs
-from analysis.predict import ape_summary, measure, prediction_table
+from analysis.predict import ape_summary, measure, prediction_table, without_loops
 from src.engine.acceptance import chain_survival, expected_accepted, loop_survival, sample_text, survival
 from src.engine.drafts.model_draft import ModelDraft
 from src.engine.sampling import uniforms
@@ -205,6 +205,18 @@ def test_measure_on_the_tiny_model(tiny):
     assert table["cpp"].tolist() == [m.costs[1]["cpp"], m.costs[2]["cpp"]]
     assert m.costs[2]["cpp"] == pytest.approx(1 + m.survival.sum(), rel=1e-12)
     assert all(1 <= m.costs[k]["cpp"] <= k + 1 for k in (1, 2))
+    # each chain's loops measured with its components: o_base and o_pass as a trial's cost model reads them
+    for k, c in m.costs.items():
+        o = c["overheads"]
+        assert o.o_base == c["base_pass_us"] - c["target_pass_us"] and o.o_pass == c["free_pass_us"] - c["verify_pass_us"]
+        assert len(c["spread"].rounds["free"]) == len(c["spread"].rounds["target"]) == 15
+        row = table[table["k"] == k].iloc[0]
+        assert row["predicted"] == pytest.approx(c["cpp"] * c["base_pass_us"]
+                                                 / (c["free_pass_us"] + k * c["draft_char_us"]), rel=1e-12)
+    fitted = prediction_table(m.survival, without_loops(m.costs), Overheads(), m.a)   # --fit-sweep: fitted ones apply
+    assert "o_pass" not in fitted and (fitted["predicted"] == [float(speedup(c["cpp"], c["target_pass_us"],
+                                       c["verify_pass_us"], c["draft_char_us"], k, Overheads()))
+                                       for k, c in m.costs.items()]).all()
 
 
 def test_measure_a_tree_of_a_table_draft_on_the_tiny_model(tiny):

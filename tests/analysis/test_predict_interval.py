@@ -87,6 +87,34 @@ def test_a_round_is_resampled_whole_so_the_machines_speed_cancels_as_in_the_poin
     assert np.ptp(speedup(CPP, t1, tv, td, K)) > 0.05 * TRUTH
 
 
+def test_a_settings_measured_loops_stand_for_the_overheads_and_are_drawn_in_its_rounds():
+    """A setting with its loops measured (m["overheads"]: o_base = base - t1, o_pass = free - tv)
+    is predicted cpp base / (free + k td) whatever overheads are passed in, its table shows them,
+    and its replicates draw the loops in the same rounds as t1, tv and td: with every round at its
+    own machine speed, every replicate equals the point exactly. Caught: the passed-in overheads
+    used instead (the point moves), the loops drawn apart from the components (the replicates spread)."""
+    from analysis.predict import MEASURED_LOOPS
+    units = np.tile([19.0, 5, 20], (16, 1))
+    f = np.exp(np.random.default_rng(1).normal(0, 0.2, 15))
+    base, free = T1 + 150.0, TV + 400.0
+    m = costs(units, {"target": (T1 * f).tolist(), "verify": (TV * f).tolist(), "draft": (TD * f).tolist(),
+                      "base": (base * f).tolist(), "free": (free * f).tolist()})
+    fm = float(np.median(f))             # the medians over rounds, as measure_cost takes them
+    m["overheads"] = Overheads((base - T1) * fm, (free - TV) * fm, 0.0, MEASURED_LOOPS)
+    want = CPP * base / (free + K * TD)
+    passed = Overheads(5000.0, 5000.0, 1.0, "fitted elsewhere")
+    row = prediction_table(np.zeros(0), {K: m}, passed).iloc[0]
+    assert row["predicted"] == pytest.approx(want, rel=1e-12)
+    assert (row["o_base"], row["o_pass"]) == pytest.approx((150.0 * fm, 400.0 * fm), rel=1e-12)
+    np.testing.assert_allclose(replicates(m, passed, 500), want, rtol=1e-12)
+    rng = np.random.default_rng(0)      # the mutation: the loops' rounds drawn apart from the components'
+    r = {n: np.asarray(v) for n, v in m["spread"].rounds.items()}
+    t1, tv, td = (np.median(r[n][rounds], axis=1) for n, rounds in
+                  zip(("target", "verify", "draft"), [rng.integers(0, 15, (500, 15))] * 3))
+    b, fr = (np.median(r[n][rng.integers(0, 15, (500, 15))], axis=1) for n in ("base", "free"))
+    assert np.ptp(speedup(CPP, t1, tv, td, K, Overheads(b - t1, fr - tv))) > 0.05 * want
+
+
 def test_the_interval_covers_the_true_speedup_at_about_its_level_and_each_left_out_source_is_caught():
     """1,000 planted probes (16 sequences of 5 passes, 15 rounds of 5% noise per component), the 95%
     interval of 1,000 replicates each: it covers TRUTH 93.8% of the time (the bootstrap of 16
