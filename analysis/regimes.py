@@ -125,7 +125,7 @@ def break_even_rows(regimes: pd.DataFrame) -> pd.DataFrame:
     table's best speedup per B and its interval. With two seeds or more in every cell that interval
     is the seed bootstrap's for the best of the k at that B, so the range [first, last] is a seed
     bootstrap interval for the break-even batch: on planted sweeps (three equal k per B, 5 seeds) it
-    held the true break-even in 99-100 of 100 (about 2.2 doublings of B wide), where the percentile
+    held the true break-even in 98-100 of 100 (about 1.4 doublings of B wide), where the percentile
     interval of the break-even re-estimated in each replicate (the best k chosen anew) held it in
     37-48, centred on the picked k's upward luck (tests/analysis/test_analysis_batch.py). Joined
     pointwise intervals are conservative for a crossing: pooled intervals without the seed stage
@@ -168,7 +168,7 @@ def batch_table(regimes: pd.DataFrame) -> Table | None:
                  "best of the k). Break-even B: where the best speedup falls below 1x, linear in log2 B between the "
                  "grid's batch sizes; in brackets where the interval's lower and upper ends fall below 1 (pointwise "
                  "intervals joined, not a band: conservative for the crossing, it held a planted break-even in "
-                 "99-100 of 100 planted sweeps); '> B' it pays at every B of the grid, '< B' at none.")
+                 "98-100 of 100 planted sweeps); '> B' it pays at every B of the grid, '< B' at none.")
 
 
 def verify_cost_table(finished: pd.DataFrame) -> Table | None:

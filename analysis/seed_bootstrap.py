@@ -97,36 +97,67 @@ def t_tail(c: float, seeds: int | None) -> float:
     return float(np.sign(c) * np.sqrt(seeds / (seeds - 1)) * stats.t.ppf(stats.norm.cdf(abs(c)), seeds - 1))
 
 
+def joint_tail(dev: np.ndarray, share: float, side: int) -> tuple[np.ndarray, float]:
+    """Per-cell deviations beyond which the cells go, jointly, in a `share` of the replicates: dev
+    (K, R) the cells' log deviations per replicate, side +1 (upper) or -1 (lower). The cells share
+    one tail count j: each cell's threshold is its own (j+1)-th most extreme replicate, and j is the
+    largest count whose thresholds some cell passes in at most `share` of the replicates. Returns
+    (the K thresholds, j / R: the tail probability of each cell's own quantile there)."""
+    d = side * dev                                   # the tail to look at, made the upper one
+    K, R = d.shape
+    top = -np.sort(-d, axis=1)                       # (K, R): each cell's replicates, largest first
+    lo, hi = 0, R - 1                                # bisection on j: the joint share grows with j
+
+    def share_at(j):
+        return float(np.mean((d > top[:, j:j + 1]).any(axis=0)))
+    if share_at(0) > share:                          # ties at the top: no threshold is passed less often
+        return side * top[:, 0], 0.0
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if share_at(mid) <= share:
+            lo = mid
+        else:
+            hi = mid - 1
+    return side * top[:, lo], lo / R
+
+
 def simultaneous_bounds(points, replicates, level: float, seeds: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Bounds that hold for several cells at once, so that the cell that looks best is not read as
     better than it is: points (K,) the cells' estimates, replicates (K, R) their bootstrap
-    replicates (drawn independently per cell). Each cell's deviation d_k = log(replicate_k / point_k)
-    is scaled by its own spread s_k (the standard deviation of d_k over the replicates); in each
-    replicate the smallest and the largest of the scaled deviations over the cells are taken, c_lo =
-    the (1 - level) / 2 quantile of the smallest, c_hi = the (1 + level) / 2 quantile of the largest,
-    each carried to few seeds by `t_tail` (seed replicates: `seeds`, the fewest of a cell), and cell
-    k's bounds are [point_k e^(c_lo s_k), point_k e^(c_hi s_k)]. With one cell they are close to its
-    widened percentile interval (`median_interval_seeds`); with several, each cell's bounds are
-    wider than its own interval, as much as the luck of picking among K noisy cells needs. Then the
+    replicates (drawn independently per cell). Each cell's deviations d_k = log(replicate_k /
+    point_k); the upper thresholds are each cell's own quantile at one shared tail probability a,
+    the largest a at which some cell passes its threshold in at most (1 - level) / 2 of the
+    replicates (`joint_tail`), and the lower ones the same way. Each threshold is then carried to
+    few seeds as `median_interval_seeds` carries one cell's (its log distance from the point times
+    t_tail(z_a, seeds) / z_a, z_a the normal quantile at a: Student's t at the same tail
+    probability; seeds: the fewest of a cell), and cell k's bounds are [point_k e^(lower_k), point_k
+    e^(upper_k)]. With one cell, a = (1 - level) / 2 and the bounds are its widened percentile
+    interval (`median_interval_seeds`, to the order statistic: no interpolation); with several, each cell's bounds are wider than its own
+    interval, as much as the luck of picking among K noisy cells needs. Each cell keeps its own
+    quantiles, so one cell's skewed or lumpy replicates (a few seeds make them so) widen only that
+    cell's bounds: the tail probability, not a deviation in units of a spread, is what is shared
+    (scaled by each cell's standard deviation, a cell whose rare replicates lie 4 sds out set a
+    4-sd tail for every cell, which t at 2 degrees of freedom carries to 200 sds). Then the
     contenders are narrowed: a cell whose upper bound lies below another contender's lower bound
     cannot be the best, and the bounds are taken again over the cells that can, until none drops
     out (a dropped cell keeps its last bounds). Only cells that could be the best widen the others;
-    when all are equal none drops out. A cell without spread (s_k = 0) keeps its point."""
+    when all are equal none drops out. A cell without spread keeps its point."""
+    from scipy import stats
     points = np.asarray(points, dtype=float)
     d = np.log(np.asarray(replicates, dtype=float) / points[:, None])     # (K, R)
-    s = d.std(axis=1)                                                      # (K,)
     lo, hi = points.copy(), points.copy()
     contenders = np.ones(len(points), dtype=bool)
+    R = d.shape[1]
+
+    def carried(threshold, a):   # a threshold's log distance carried to few seeds at its tail probability
+        z = float(stats.norm.isf(max(a, 0.5 / R)))
+        return threshold * (t_tail(z, seeds) / z if z > 0 else 1.0)
     while True:
-        noisy = contenders & (s > 0)
-        if not noisy.any():
-            return lo, hi
-        z = d[noisy] / s[noisy, None]
-        c_lo = t_tail(float(np.quantile(z.min(axis=0), (1 - level) / 2)), seeds)
-        c_hi = t_tail(float(np.quantile(z.max(axis=0), (1 + level) / 2)), seeds)
+        up, a_up = joint_tail(d[contenders], (1 - level) / 2, +1)
+        down, a_down = joint_tail(d[contenders], (1 - level) / 2, -1)
         with np.errstate(over="ignore"):   # t's tail at 2 seeds can be unbounded: an upper bound of inf
-            lo[contenders] = (points * np.exp(c_lo * s))[contenders]
-            hi[contenders] = (points * np.exp(c_hi * s))[contenders]
+            lo[contenders] = points[contenders] * np.exp(carried(down, a_down))
+            hi[contenders] = points[contenders] * np.exp(carried(up, a_up))
         still = contenders & (hi >= lo[contenders].max())
         if still.sum() == contenders.sum():
             return lo, hi

@@ -135,8 +135,8 @@ def planted_break_even(rng, equal_k: int = 3):
 
 def test_the_break_even_intervals_hold_the_planted_break_even():
     """Over 100 planted drafts (3 equal k per B, 5 seeds) the report's break-even range holds the true
-    break-even (8) in 100 (99 with another seed; asserted >= 90: 95% nominal, a false alarm needs it
-    4 binomial sds low), about 2.2 doublings of B wide; its point's median 9.1 (the best of 3 equal k
+    break-even (8) in 100 (98 with another seed; asserted >= 90: 95% nominal, a false alarm needs it
+    4 binomial sds low), about 1.4 doublings of B wide; its point's median 9.1 (the best of 3 equal k
     reads high). The percentile interval of the re-estimated break-even (the negative control: about
     0.5 doublings wide, centred on the picked k's upward luck) holds it in 48 (37; asserted < 75).
     Joining pointwise intervals is conservative for a crossing: the chosen cells' pooled intervals
