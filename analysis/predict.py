@@ -33,9 +33,11 @@ Prediction per k (pure functions below, no loop is run):
     chars per pass   cpp(k) = 1 + S_1 + ... + S_k                       (tree: 1 + E[path length])
     speedup          cpp(k) (t1 + o_base) / (tv(k) + o_pass + n(k) td (1 + gamma))
 with n(k) = k drafted chars (tree: mean drafted nodes per pass) and o_base, o_pass (us), gamma the
-loop overheads. For a chain of fixed k at batch 1 they are measured per setting, as a trial
-measures them (`loop_probes`): the baseline loop of n_chars and the speculative loop replaying one
-recorded run's proposals at no drafting cost (src/engine/replay.py) are timed in the same
+loop overheads. For a chain of fixed k at batch 1 in the tool's own loop they are measured per
+setting, as a trial measures them (`loop_probes`; engine=transformers measures its loop's own
+way, below; a draft whose replay diverges from its recorded run gets none, said in a warning):
+the baseline loop of n_chars and the speculative loop replaying one recorded run's proposals at
+no drafting cost (src/engine/replay.py) are timed in the same
 interleaved rounds as t1, tv and td, o_base = the baseline loop's step beyond t1 and o_pass = the
 free loop's pass beyond tv (the table's o_base and o_pass columns); gamma, a draft's in-loop
 excess over its own timed proposal, is not measured (0). Elsewhere (trees, policies, batches),
@@ -677,7 +679,8 @@ def print_prediction(name: str, m: Measured, table: pd.DataFrame, o: Overheads, 
     if len(m.survival):
         print("P(drafts 1..i kept) " + " ".join(f"{s:.2f}" for s in m.survival))
     if "o_pass" in table:   # the settings' measured loops (us, in the table)
-        print(f"loop overheads: {MEASURED_LOOPS}")
+        print(f"loop overheads: {MEASURED_LOOPS}"
+              + (f"; the settings without them: {o.source}" if table["o_pass"].isna().any() else ""))
     else:
         print(f"loop overheads: {o.source}" + (f": o_base {o.o_base:.1f} us, o_pass {o.o_pass:.1f} us, "
                                                f"gamma {o.gamma:.3f}" if not o.source.startswith("none") else ""))

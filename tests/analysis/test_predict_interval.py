@@ -272,3 +272,20 @@ def test_held_out_overheads_are_fitted_on_the_other_drafts_in_the_other_regimes_
     alone = trials[trials["engine"] == "eager"]
     none = held_out_overheads(alone, "s", "bigram", "eager", 1)
     assert (none.o_base, none.o_pass, none.gamma) == (0.0, 0.0, 0.0) and none.source.startswith("none (no trial of")
+
+
+def test_a_table_with_and_without_measured_loops_says_where_each_came_from(capsys):
+    """A setting whose replay diverged has no measured loops: its row is predicted with the passed-in
+    overheads, and the output says so beside the measured ones' source."""
+    from analysis.predict import MEASURED_LOOPS, Measured, print_prediction
+    units = np.tile([19.0, 5, 20], (16, 1))
+    rounds = {"target": [T1] * 3, "verify": [TV] * 3, "draft": [TD] * 3}
+    with_loops = costs(units, rounds | {"base": [T1 + 100] * 3, "free": [TV + 200] * 3})
+    with_loops["overheads"] = Overheads(100.0, 200.0, 0.0, MEASURED_LOOPS)
+    passed = Overheads(source="none (no --fit-sweep: loop overheads taken as 0)")
+    table = prediction_table(np.zeros(0), {4: with_loops, 2: costs(units, rounds, k=2)}, passed)
+    assert table["predicted"].tolist() == pytest.approx([CPP * (T1 + 100) / (TV + 200 + K * TD),
+                                                         float(speedup(CPP, T1, TV, TD, 4.0))])   # its units: 4 drafted a pass
+    print_prediction("d", Measured("key", 0.5, np.zeros(0), {}, 0.0), table, passed, 1.0)
+    out = capsys.readouterr().out
+    assert f"loop overheads: {MEASURED_LOOPS}; the settings without them: {passed.source}" in out
