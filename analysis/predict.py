@@ -28,20 +28,27 @@ target and the draft come from the cache as a trial's do (trained and cached fir
   one proposal over and over, so a draft that memoizes rows (the table drafts) is timed warm; for
   such a draft td is instead the cold cost the loop pays (`replay_draft_cost`: one pass's
   drafting every cpp(k) chars along the sampled text, memos dropped per sequence), and the warm
-  c is printed beside it.
+  c is printed beside it. A draft running a model of its own (int8, int4, a small model: a
+  `ModelDraft`), in a chain of fixed k at batch 1, is timed as the loop runs it as well: right
+  after a verify pass, catching up one char (after a rejection) or two (after a full accept) in
+  the shares of the loop's passes (S_k, measure_cost's `in_loop`); td is that, less the verify
+  pass, and the c of its proposal timed alone is printed beside it ("c alone"). Timed alone, the
+  proposal runs with its own weights warm in the caches; in the loop the target's pass has just
+  displaced them (docs/method.md has the two measured side by side).
 Prediction per k (pure functions below, no loop is run):
     chars per pass   cpp(k) = 1 + S_1 + ... + S_k                       (tree: 1 + E[path length])
     speedup          cpp(k) (t1 + o_base) / (tv(k) + o_pass + n(k) td (1 + gamma))
 with n(k) = k drafted chars (tree: mean drafted nodes per pass) and o_base, o_pass (us), gamma the
-loop overheads. For a chain of fixed k at batch 1 in the tool's own loop they are measured per
-setting, as a trial measures them (`loop_probes`; engine=transformers measures its loop's own
-way, below; a draft whose replay diverges from its recorded run gets none, said in a warning):
+loop overheads. For a chain of fixed k in the tool's own loop they are measured per setting, as
+a trial at batch 1 measures them (`loop_probes`; at B > 1 the batch's loops, `batch_loop_probes`;
+engine=transformers measures its loop's own way, below; a draft whose replay diverges from its
+recorded run gets none, said in a warning):
 the baseline loop of n_chars and the speculative loop replaying one recorded run's proposals at
 no drafting cost (src/engine/replay.py) are timed in the same
 interleaved rounds as t1, tv and td, o_base = the baseline loop's step beyond t1 and o_pass = the
 free loop's pass beyond tv (the table's o_base and o_pass columns); gamma, a draft's in-loop
-excess over its own timed proposal, is not measured (0). Elsewhere (trees, policies, batches),
-or with `--fit-sweep`, they are the extended cost model's (analysis/cost_models.py, its (o_pass,
+excess over its td, is 0 (a model draft's td is its in-loop time at B = 1, above). Elsewhere (trees, policies),
+or with `--fit-sweep` (then td is the lone proposal's throughout), they are the extended cost model's (analysis/cost_models.py, its (o_pass,
 gamma) form) fitted on a finished sweep's trials (its drafts in `--fit-drafts`; fitted on that
 sweep's machine, so the overheads in microseconds carry over only to a machine of that speed);
 without it all three are 0 there and the output says so. With them 0 and tv = t1 the formula is
@@ -93,7 +100,8 @@ overheads are measured with them instead of fitted (o_base = its plain step beyo
 pass, o_pass taken equal, unless --fit-sweep gives them). At `batch=B`
 (B > 1; `measure_batch`) the chars per pass come from the batch loop's own counters (a sequence's
 chars over the batch's passes: the batch waits for its slowest sequence) and the costs are taken
-at (B, width): the same formula then predicts the throughput speedup. --validate reads each cell's
+at (B, width), the batch's baseline loop and its loop replaying a recorded batch run timed with
+them (o_base, o_pass at B): the same formula then predicts the throughput speedup. --validate reads each cell's
 engine and batch from its trials; other settings of the sweep (the model, the data, ...) are overrides.
 
 A k the draft or the context window cannot take is left out with a line saying why. Bad input
@@ -105,7 +113,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -184,15 +192,19 @@ def setting_replicates(costs: dict, overheads: Overheads, reps: int = INTERVAL_R
 
 
 def prediction_table(survival, costs: dict, overheads: Overheads, a: float | None = None,
-                     level: float = INTERVAL_LEVEL) -> pd.DataFrame:
+                     level: float = INTERVAL_LEVEL, reps: dict | None = None) -> pd.DataFrame:
     """One row per setting: k (or tree shape), cpp, c, tv/t1, the seed formula cpp / (1 + n c),
     the predicted speedup and, where the costs carry their probes' spread (`Spread`), its interval
     lo-hi at `level` (`replicates`). costs: label -> dict(k, target_pass_us, verify_pass_us,
     draft_char_us, nodes, optionally cpp (else chars_per_pass(survival, k)), draft_char_us_warm,
     spread and overheads: the setting's measured loops, which then stand for `overheads`, shown as
     columns o_base, o_pass); survival: S_1.. for chains; a: the first position's overlap, for the
-    i.i.d. column (chains)."""
-    reps = setting_replicates(costs, overheads) if all("spread" in m for m in costs.values()) else None
+    i.i.d. column (chains). reps: the settings' replicates where the caller drew them already
+    (`setting_replicates` of the same costs and overheads)."""
+    if not all("spread" in m for m in costs.values()):
+        reps = None
+    elif reps is None:
+        reps = setting_replicates(costs, overheads)
     rows = []
     for label, m in costs.items():
         cpp = m["cpp"] if "cpp" in m else chars_per_pass(survival, m["k"])
@@ -203,6 +215,8 @@ def prediction_table(survival, costs: dict, overheads: Overheads, a: float | Non
             row["cpp iid"] = float(iid_chars_per_pass(a, m["k"]))   # NaN where the draft has no q (prompt lookup)
         if "draft_char_us_warm" in m:
             row["c warm"] = m["draft_char_us_warm"] / t1
+        if "draft_char_us_alone" in m:
+            row["c alone"] = m["draft_char_us_alone"] / t1
         if "overheads" in m:
             row |= {"o_base": o.o_base, "o_pass": o.o_pass}
         row |= {"c": td / t1, "tv/t1": tv / t1, "seed formula": seed_speedup(cpp, n, td / t1),
@@ -213,15 +227,16 @@ def prediction_table(survival, costs: dict, overheads: Overheads, a: float | Non
     return pd.DataFrame(rows)
 
 
-def best_over_settings(costs: dict, overheads: Overheads, level: float = INTERVAL_LEVEL) -> dict:
+def best_over_settings(costs: dict, overheads: Overheads, level: float = INTERVAL_LEVEL,
+                       reps: dict | None = None) -> dict:
     """The best predicted setting and an interval for the best speedup over the settings: the largest
     of bounds that hold for all settings at once (seed_bootstrap.best_of_interval over the settings'
     replicates), so the luck of picking the highest of several noisy predictions is in it: (setting,
-    its k, predicted point, lo, hi). With one setting, its own interval."""
+    its k, predicted point, lo, hi). With one setting, its own interval. reps: as prediction_table's."""
     from .seed_bootstrap import best_of_interval
-    table = prediction_table(np.zeros(0), costs, overheads)
+    reps = reps if reps is not None else setting_replicates(costs, overheads)
+    table = prediction_table(np.zeros(0), costs, overheads, reps=reps)
     best = table.loc[table["predicted"].idxmax()]
-    reps = setting_replicates(costs, overheads)
     lo, hi = best_of_interval(table["predicted"].to_numpy(), np.stack([reps[label] for label in table["setting"]]),
                               level)
     return {"setting": best["setting"], "k": int(best["k"]), "predicted": float(best["predicted"]), "lo": lo, "hi": hi}
@@ -231,21 +246,20 @@ def break_even_table(best: pd.DataFrame) -> pd.DataFrame:
     """Per engine measured at two batch sizes or more, the predicted break-even batch: best: one row
     per regime (engine, batch, predicted, lo, hi, setting) from `best_over_settings`. Each engine's row gives the best
     prediction at each B and where the point, the lower and the upper ends fall below 1x
-    (analysis.regimes.break_even: linear in log2 B between the grid's sizes; '> B' it pays at every
+    (analysis.regimes.break_even_rows: linear in log2 B between the grid's sizes; '> B' it pays at every
     B, '< B' at none), the same rule as the report's measured batch table."""
-    from .regimes import batch_label, break_even
+    from .regimes import batch_label, break_even_rows
+    ends = break_even_rows(best, keys=("engine",), value="predicted").set_index("engine")
     rows = []
     for engine, g in best.groupby("engine", sort=True):
-        if g["batch"].nunique() < 2:   # one batch size: no crossing to place
+        if engine not in ends.index:   # one batch size: no crossing to place
             continue
-        g = g.sort_values("batch")
-        bs = g["batch"].astype(int).tolist()
-        row = {"engine": engine}
-        for r in g.itertuples():
+        e, row = ends.loc[engine], {"engine": engine}
+        for r in g.sort_values("batch").itertuples():
             row[f"B={r.batch}"] = f"{r.predicted:.2f} [{r.lo:.2f}-{r.hi:.2f}] {setting_label(r.setting)}"
-        point, first, last = break_even(bs, g["predicted"].tolist(), g["lo"].tolist(), g["hi"].tolist())
-        row["break-even B"] = f"{batch_label(point, bs)} [{batch_label(first, bs)} - {batch_label(last, bs)}]"
-        row["_point"], row["_lo"], row["_hi"] = point, first, last
+        row["break-even B"] = " ".join((batch_label(e["point"], e["bs"]),
+                                        f"[{batch_label(e['first'], e['bs'])} - {batch_label(e['last'], e['bs'])}]"))
+        row["_point"], row["_lo"], row["_hi"] = e["point"], e["first"], e["last"]
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -401,6 +415,7 @@ def measure(cfg, ks: list[int], shapes, seqs: int, every: int, seed: int, loaded
 
     import torch
     from src.engine.acceptance import loop_survival, mean_overlap, sample_text, tree_chars_rows
+    from src.engine.drafts.model_draft import ModelDraft
     from src.engine.measure import measure_cost, replay_draft_costs
     from src.engine.tree import build_tree
     from src.engine.engines import Engine
@@ -447,10 +462,17 @@ def measure(cfg, ks: list[int], shapes, seqs: int, every: int, seed: int, loaded
     # replaying one recorded run's proposals (its seed's; the recording and its check run untimed)
     loops = {label: None if shapes else loop_probes(model, draft, prompt, n, c.k, T, c.device, seed)
              for label, c in chosen.items()}
+    own_model = isinstance(draft, ModelDraft)   # a draft running a model of its own: timed in the loop's order too
     with timing_lock(first.timing):
         for label, c in chosen.items():
+            full = float(chains[label][c.k - 1]) if own_model and not shapes else None   # share of full accepts
             m = measure_cost(model, draft, prompt, c.k, T, c.timing.cost_reps, c.device, rounds, c.tree,
-                             loops=loops[label], keep_rounds=True)
+                             loops=loops[label], keep_rounds=True, in_loop=full)
+            if full is not None:   # td: the proposal as the loop runs it (after a verify pass), the lone one beside it
+                m["draft_char_us_alone"] = m["draft_char_us"]
+                m["draft_char_us"] = m.pop("draft_char_us_in_loop")
+                r = m["rounds_us"]
+                r["draft alone"], r["draft"] = r["draft"], r.pop("draft in loop")
             if loops[label]:
                 m["overheads"] = Overheads(m["base_pass_us"] - m["target_pass_us"],
                                            m["free_pass_us"] - m["verify_pass_us"], 0.0, MEASURED_LOOPS)
@@ -472,7 +494,7 @@ def measure(cfg, ks: list[int], shapes, seqs: int, every: int, seed: int, loaded
 
 MEASURED_LOOPS = ("measured per setting with its components (o_base: the baseline loop's step beyond its one-char "
                   "pass; o_pass: the loop replaying a recorded run's proposals, at no drafting cost, per pass beyond "
-                  "its verify pass; gamma 0: a draft's in-loop excess over its own timed proposal is not in them)")
+                  "its verify pass; gamma 0: a model draft's td is its proposal timed after a verify pass)")
 
 
 def loop_probes(model, draft, prompt: list[int], n: int, k: int, temperature: float, device: str, seed: int):
@@ -483,24 +505,48 @@ def loop_probes(model, draft, prompt: list[int], n: int, k: int, temperature: fl
     diverges from the recorded run."""
     import torch
     from src.engine.decode import generate_baseline, generate_speculative
-    from src.engine.replay import ProposalRecorder
-    from src.trial.trial import free_loop_run
+    from src.trial.trial import recorded_loops
 
     def new_gen():
         return torch.Generator(device=device).manual_seed(seed)
 
     def speculate(track_overlap=True, with_draft=draft):
         return generate_speculative(model, with_draft, prompt, n, k, temperature, new_gen(), track_overlap=track_overlap)
-    recorder = ProposalRecorder(draft)
-    free = free_loop_run(speculate, recorder, speculate(with_draft=recorder))
-    if free is None:
-        return None
-    return {"free": free, "base": (lambda: generate_baseline(model, prompt, n, temperature, new_gen()), n)}
+    return recorded_loops(speculate, lambda: generate_baseline(model, prompt, n, temperature, new_gen()), n, draft)[1]
+
+
+def batch_loop_probes(model, draft, prompts: list[list[int]], n: int, k: int, temperature: float, device: str,
+                      seed: int):
+    """measure_batch_cost's `loops` at B = len(prompts): "free", the batch loop replaying the
+    proposals recorded in one batch run from `seed` (src/engine/replay.py), and "base", the batch's
+    baseline loop of n chars. None (and a warning) where the replay diverges."""
+    from src.engine.batch import generate_baseline_batch, generate_speculative_batch, stream_generators
+    from src.trial.trial import recorded_loops
+    B = len(prompts)
+
+    def speculate(track_overlap=True, with_draft=draft):
+        return generate_speculative_batch(model, with_draft, prompts, n, k, temperature,
+                                          stream_generators(seed, B, device), track_overlap=track_overlap)
+
+    def baseline():
+        return generate_baseline_batch(model, prompts, n, temperature, stream_generators(seed, B, device))
+    return recorded_loops(speculate, baseline, n, draft)[1]
 
 
 def without_loops(costs: dict) -> dict:
-    """The settings' costs less their measured loops: fitted or given overheads apply instead."""
-    return {label: {key: v for key, v in m.items() if key != "overheads"} for label, m in costs.items()}
+    """The settings' costs less what was measured in the loop's order (their loops, a model draft's
+    proposal after a verify pass): fitted or given overheads (gamma on the lone proposal) apply instead."""
+    out = {}
+    for label, m in costs.items():
+        m = {key: v for key, v in m.items() if key != "overheads"}
+        if "draft_char_us_alone" in m:
+            m["draft_char_us"] = m.pop("draft_char_us_alone")
+            if "spread" in m:
+                rounds = dict(m["spread"].rounds)
+                rounds["draft"] = rounds.pop("draft alone")
+                m["spread"] = replace(m["spread"], rounds=rounds)
+        out[label] = m
+    return out
 
 
 def measure_policy(chosen: dict, model, draft, target, prompt: list[int], seq, a: float, seqs: int, seed: int,
@@ -553,7 +599,8 @@ def measure_batch(chosen: dict, model, draft, corpus, target, seq, a: float, seq
     seed.., nothing timed), each run's mean chars of a sequence over the batch's passes (the batch
     waits for its slowest sequence, which per-position survival at B = 1 would not show). Costs:
     `measure_batch_cost` at (B, width); a table draft's per-char time is its cold cost along the
-    sampled text (as at B = 1) times B (one proposal per sequence)."""
+    sampled text (as at B = 1) times B (one proposal per sequence). The batch's loops are timed
+    with them (`batch_loop_probes`): o_base, o_pass per setting as at B = 1."""
     import time
 
     import torch
@@ -570,10 +617,14 @@ def measure_batch(chosen: dict, model, draft, corpus, target, seq, a: float, seq
                                            track_overlap=False) for s in range(seed, seed + seqs)]
         cpp[label] = [float(np.mean(g.chars) / g.target_passes) for g in runs]   # one per run
     costs, gen = {}, torch.Generator().manual_seed(seed)
+    loops = {label: batch_loop_probes(model, draft, prompts, n, c.k, T, c.device, seed) for label, c in chosen.items()}
     with timing_lock(first.timing):
         for label, c in chosen.items():
             m = measure_batch_cost(model, draft, prompts, c.k, T, c.timing.cost_reps, c.device, rounds,
-                                   keep_rounds=True)
+                                   keep_rounds=True, loops=loops[label])
+            if loops[label]:
+                m["overheads"] = Overheads(m["base_pass_us"] - m["target_pass_us"],
+                                           m["free_pass_us"] - m["verify_pass_us"], 0.0, MEASURED_LOOPS)
             m |= {"k": c.k, "nodes": c.k, "cpp": float(np.mean(cpp[label]))}
             replays = ()
             if hasattr(draft, "clear_memos"):  # rows built on first use: the loop pays the cold cost
@@ -752,10 +803,11 @@ def validate_sweep(args, overrides: list[str], o: Overheads) -> pd.DataFrame:
             sources.add("the cells' own loops " + MEASURED_LOOPS)
         else:
             sources.add(o.source if used is o else f"{used.source} for {label}")
-        table = prediction_table(m.survival, m.costs, used)
+        reps = setting_replicates(m.costs, used)   # drawn once: the table's intervals and the best's
+        table = prediction_table(m.survival, m.costs, used, reps=reps)
         free = cell_labels(g.iloc[:1], leave_out=("engine", "batch")).iloc[0]   # the cell less its regime
         best.append({"draft": free, "engine": cell["engine"], "batch": int(cell["batch"]),
-                     **best_over_settings(m.costs, used)})
+                     **best_over_settings(m.costs, used, reps=reps)})
         cpp = g.groupby("k")["chars_per_pass"].median()
         for r in table.itertuples():
             meas = measured.loc[(label, r.k)] if (label, r.k) in measured.index else None
@@ -901,9 +953,11 @@ def predict_regimes(args, overrides: list[str], ks: list[int], engines: list[str
         used = m.overheads if m.overheads is not None and not args.fit_sweep else o
         if args.fit_sweep:   # the fitted overheads in place of the settings' measured loops
             m.costs = without_loops(m.costs)
-        print_prediction(cfg.draft.name, m, prediction_table(m.survival, m.costs, used, None if shapes else m.a),
+        reps = setting_replicates(m.costs, used)   # drawn once: the table's intervals and the best's
+        print_prediction(cfg.draft.name, m, prediction_table(m.survival, m.costs, used, None if shapes else m.a,
+                                                             reps=reps),
                          used, cfg.temperature, cfg.engine.name, cfg.batch)
-        best.append({"engine": cfg.engine.name, "batch": int(cfg.batch), **best_over_settings(m.costs, used)})
+        best.append({"engine": cfg.engine.name, "batch": int(cfg.batch), **best_over_settings(m.costs, used, reps=reps)})
     best = pd.DataFrame(best)
     if len(best) > 1:
         shown = best.assign(setting=best["setting"].map(setting_label)).drop(columns="k")

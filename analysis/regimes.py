@@ -119,10 +119,12 @@ def batch_label(b: float, grid: list[int]) -> str:
     return f"{b:.0f}"
 
 
-def break_even_rows(regimes: pd.DataFrame) -> pd.DataFrame:
-    """Per draft and engine measured at two batch sizes or more: the grid `bs`, and `break_even`'s
-    point, first and last (numbers: bs[0] / 2 below the grid, inf beyond it) from the regimes
-    table's best speedup per B and its interval. With two seeds or more in every cell that interval
+def break_even_rows(regimes: pd.DataFrame, keys: tuple[str, ...] = ("draft", "engine"),
+                    value: str = "speedup") -> pd.DataFrame:
+    """Per group of `keys` (draft and engine) measured at two batch sizes or more: the grid `bs`, and
+    `break_even`'s point, first and last (numbers: bs[0] / 2 below the grid, inf beyond it) from the
+    column `value` per B (the regimes table's best speedup; analysis.predict gives its best
+    prediction) and its interval lo-hi. With two seeds or more in every cell that interval
     is the seed bootstrap's for the best of the k at that B, so the range [first, last] is a seed
     bootstrap interval for the break-even batch: on planted sweeps (three equal k per B, 5 seeds) it
     held the true break-even in 98-100 of 100 (about 1.4 doublings of B wide), where the percentile
@@ -131,14 +133,14 @@ def break_even_rows(regimes: pd.DataFrame) -> pd.DataFrame:
     pointwise intervals are conservative for a crossing: pooled intervals without the seed stage
     held it in 98-100 too."""
     rows = []
-    for (draft, engine), g in regimes.groupby(["draft", "engine"], sort=True):
+    for group, g in regimes.groupby(list(keys), sort=True):
         if g["batch"].nunique() < 2:
             continue
         g = g.sort_values("batch")
         bs = g["batch"].astype(int).tolist()
-        point, first, last = break_even(bs, g["speedup"].tolist(), g["lo"].tolist(), g["hi"].tolist())
-        rows.append({"draft": draft, "engine": engine, "bs": bs, "point": point, "first": first, "last": last})
-    return pd.DataFrame(rows, columns=["draft", "engine", "bs", "point", "first", "last"])
+        point, first, last = break_even(bs, g[value].tolist(), g["lo"].tolist(), g["hi"].tolist())
+        rows.append({**dict(zip(keys, group)), "bs": bs, "point": point, "first": first, "last": last})
+    return pd.DataFrame(rows, columns=[*keys, "bs", "point", "first", "last"])
 
 
 def batch_table(regimes: pd.DataFrame) -> Table | None:

@@ -20,11 +20,21 @@ from .tree import TreeMasks, build_tree, max_nodes, tree_accept, tree_inputs
 
 def proposal(draft: Draft, prompt: list[int], k: int, temperature: float, gen: torch.Generator):
     """The timed call of a draft's cost: one k-char proposal after the prompt plus one char,
-    rewound to the prompt first. The draft's own prefill over the prompt runs here, untimed
-    (after `reset`, and for a hidden-state draft after `observe`)."""
-    P = len(prompt)
+    rewound to the prompt first (`rewound_proposal`). The draft's own prefill over the prompt runs
+    here, untimed (after `reset`, and for a hidden-state draft after `observe`)."""
     draft.propose(prompt, k, temperature, gen)
-    seq = prompt + prompt[-1:]
+    return rewound_proposal(draft, prompt, k, temperature, gen)
+
+
+def rewound_proposal(draft: Draft, prompt: list[int], k: int, temperature: float, gen: torch.Generator,
+                     catch_up: int = 1):
+    """One k-char proposal after the prompt plus `catch_up` chars, rewound to the prompt first, for a
+    draft that has seen the prompt (`proposal`). A draft keeping a cache of its own
+    (src/engine/drafts/model_draft.py) feeds those chars before drafting, as the loop's draft feeds
+    one after a rejection (the residual) and two after a full accept (its last drafted char and the
+    bonus char)."""
+    P = len(prompt)
+    seq = prompt + prompt[-1:] * catch_up
 
     def propose_k():
         draft.rewind(P)
@@ -49,7 +59,8 @@ def pass_per_reference(per_call: dict[str, list[float]], loops: dict) -> list[fl
 def measure_cost(target, draft: Draft, prompt: list[int], k: int, temperature: float, reps: int, device: str,
                  rounds: int = 7, tree_widths=None, loops=None, width: float | None = None, level: float = 0.95,
                  max_rounds: int | None = None, max_seconds: float | None = None,
-                 drafted: dict[int, float] | None = None, keep_rounds: bool = False) -> dict:
+                 drafted: dict[int, float] | None = None, keep_rounds: bool = False,
+                 in_loop: float | None = None) -> dict:
     """Component times in microseconds: one 1-char target pass, one (k+1)-char verify pass, and
     the draft's time per drafted char (a whole k-char proposal, its Python loop included,
     divided by k). The three are timed in `rounds` interleaved rounds (a block of `reps` calls
@@ -80,7 +91,16 @@ def measure_cost(target, draft: Draft, prompt: list[int], k: int, temperature: f
     cost of the loop's average pass; the draft is timed at k chars a proposal (per char, as a
     pass of any length pays it).
     keep_rounds: also return `rounds_us`, the per-round times behind the medians (`component_times`;
-    not a metric: analysis.predict resamples them for its interval)."""
+    not a metric: analysis.predict resamples them for its interval).
+    in_loop: the share of the loop's passes whose k drafts were all accepted (a chain of fixed k).
+    Given it, the proposal is also timed as the loop runs it, right after a verify pass (whose
+    weights and activations then stand in the caches the draft reads), in two more blocks of
+    reps // k calls: a (k+1)-char verify pass then one proposal catching up one char, and the same
+    catching up two (`proposal`); `draft_char_us_in_loop` is, per round, the two mixed by the share
+    less the round's verify pass, over k (the median over rounds). Its excess over `draft_char_us`
+    is what drafting costs the loop beyond the proposal timed alone (the cost model's gamma)."""
+    if in_loop is not None and (tree_widths is not None or drafted):
+        raise ValueError("in_loop times a chain's proposal of fixed k: not a tree or a policy's lengths")
     if tree_widths is not None:
         return tree_cost(target, draft, prompt, tree_widths, temperature, reps, device, rounds, keep_rounds)
     gen = torch.Generator(device=device).manual_seed(0)
@@ -103,22 +123,30 @@ def measure_cost(target, draft: Draft, prompt: list[int], k: int, temperature: f
             blocks[f"verify {j + 1}"] = (lambda ids=ids, j=j: target(ids, positions[P - 1:P + j]), reps)
     else:
         blocks["verify"] = (lambda: target(many, positions[P - 1:P + k]), reps)
+    if in_loop is not None:
+        verify = blocks["verify"][0]
+        for catch_up in (1, 2):
+            then_propose = rewound_proposal(draft, prompt, k, temperature, gen, catch_up)
+            blocks[f"verify, draft {catch_up}"] = (lambda p=then_propose: (verify(), p()), max(1, reps // k))
     # a loop's prefill rewrites the target's cache with the same prompt keys, and the other
     # blocks' passes cost the same whatever the slots beyond it hold
     return component_times(blocks, k, loops or {}, rounds, width, level, max_rounds, max_seconds, device, drafted,
-                           keep_rounds)
+                           keep_rounds, in_loop)
 
 
 def component_times(blocks: dict, k: int, loops: dict, rounds: int, width: float | None, level: float,
                     max_rounds: int | None, max_seconds: float | None, device: str,
-                    drafted: dict[int, float] | None = None, keep_rounds: bool = False) -> dict:
+                    drafted: dict[int, float] | None = None, keep_rounds: bool = False,
+                    in_loop: float | None = None) -> dict:
     """measure_cost's rounds and statistics over its timed blocks: "target" (a 1-char pass),
     "verify" (a (k+1)-char pass; with `drafted`, "verify <w>" per width w instead, mixed per round
     by the shares of passes drafting w-1 chars), "draft" (one k-char proposal) and one "<name> loop"
     per loop. keep_rounds: out["rounds_us"] = {"target", "verify", "draft", each loop's name} -> one
     value per round in microseconds (the verify pass mixed by the shares, the draft per drafted
     char, a loop per pass), whose medians are target_pass_us, verify_pass_us, draft_char_us and
-    <name>_pass_us."""
+    <name>_pass_us. in_loop: the share of full accepts mixing the blocks "verify, draft 1" and
+    "verify, draft 2" (a verify pass then a proposal catching up one char, or two) into
+    `draft_char_us_in_loop` (measure_cost), kept as "draft in loop" in rounds_us."""
     blocks = blocks | {f"{name} loop": (run, 1) for name, (run, _) in loops.items()}
     adaptive = bool(width)
 
@@ -139,6 +167,9 @@ def component_times(blocks: dict, k: int, loops: dict, rounds: int, width: float
     if stop != FIXED:
         stats["cost_width_reached"] = int(stop == WIDTH)
     per_round["draft"] = [x / k for x in per_round["draft"]]   # per drafted char
+    if in_loop is not None:   # per round: the loop's mix of the two catch-ups, less the verify pass, per drafted char
+        after = zip(per_round.pop("verify, draft 1"), per_round.pop("verify, draft 2"), per_round["verify"])
+        in_loop_round = [((1 - in_loop) * one + in_loop * two - v) / k for one, two, v in after]
     for name, (_, passes) in loops.items():                    # per pass
         per_round[name] = [x / passes for x in per_round.pop(f"{name} loop")]
     t = {name: statistics.median(x) for name, x in per_round.items()}
@@ -147,11 +178,15 @@ def component_times(blocks: dict, k: int, loops: dict, rounds: int, width: float
     out |= {f"{name}_pass_us": t[name] * 1e6 for name in loops}
     out |= {f"verify_us_width_{j + 1}": t[f"verify {j + 1}"] * 1e6 for j in drafted or {}}
     out |= stats
+    if in_loop is not None:
+        out["draft_char_us_in_loop"] = statistics.median(in_loop_round) * 1e6
     if "base" in loops:  # every other component in units of the baseline loop's pass, within each round
         out |= {f"{name}_per_base": round_ratio(x, per_round["base"]) for name, x in per_round.items()
                 if name != "base" and not name.startswith("verify ")}
     if keep_rounds:
         out["rounds_us"] = {name: [x * 1e6 for x in per_round[name]] for name in ("target", "verify", "draft", *loops)}
+        if in_loop is not None:
+            out["rounds_us"]["draft in loop"] = [x * 1e6 for x in in_loop_round]
     return out
 
 
@@ -159,14 +194,15 @@ def component_times(blocks: dict, k: int, loops: dict, rounds: int, width: float
 def measure_batch_cost(target, draft: Draft, prompts: list[list[int]], k: int, temperature: float, reps: int,
                        device: str, rounds: int = 7, width: float | None = None, level: float = 0.95,
                        max_rounds: int | None = None, max_seconds: float | None = None,
-                       keep_rounds: bool = False) -> dict:
+                       keep_rounds: bool = False, loops=None) -> dict:
     """measure_cost for a batch of B sequences (src/engine/batch.py), as its loops run: a (B, 1)
     target pass (the baseline's step), a (B, k+1) verify pass at per-sequence positions (the
     speculative step's), and one k-char proposal for all B rows (`propose_batch`; its time / k is
     `draft_char_us`, per drafted position of the whole batch, so c = draft_char_us / target_pass_us
     stays the cost of drafting one char per sequence in units of the batch's one-char pass).
-    Same rounds and width test as measure_cost (no loops are timed: the free loop is a chain's
-    at B = 1)."""
+    Same rounds and width test as measure_cost. loops: as measure_cost's, whole batch runs timed
+    as components (analysis.predict times the batch's baseline loop and its free loop, replaying a
+    recorded batch run: src/engine/replay.py); a trial at B > 1 times none."""
     gen = torch.Generator(device=device).manual_seed(0)
     P, B = len(prompts[0]), len(prompts)
     positions = prefill_batch(target, prompts)
@@ -184,7 +220,7 @@ def measure_batch_cost(target, draft: Draft, prompts: list[list[int]], k: int, t
     blocks = {"target": (lambda: target(last, positions[P - 1:P]), reps),
               "verify": (lambda: target(many, at), reps),
               "draft": (propose_k, max(1, reps // k))}
-    return component_times(blocks, k, {}, rounds, width, level, max_rounds, max_seconds, device,
+    return component_times(blocks, k, loops or {}, rounds, width, level, max_rounds, max_seconds, device,
                            keep_rounds=keep_rounds)
 
 

@@ -13,6 +13,11 @@ uniforms (the loop's buffer shares the generator with the draft) and the replaye
 same passes and emits the same chars as the recorded one (tests/engine/test_replay.py checks it).
 Replaying costs a list lookup and one `Generator.set_state` per pass.
 
+A batch (src/engine/batch.py) is recorded and replayed the same way through `propose_batch`: each
+call is kept with, per row, its uniform source's state right after it (a `UniformBuffer`'s block,
+its position and its generator's state), and the replay restores them all, so every row's
+acceptance tests draw what they drew (tests/engine/test_replay.py checks it for a batch too).
+
 Row objects (table drafts' lazily built `MixtureRow`s) are handed back as shallow copies, so
 the dense row the acceptance test builds on a rejection is built again each run, as in the real
 loop (a tensor or plain lists of floats hold no such state and go back as they are).
@@ -25,6 +30,7 @@ import copy
 import torch
 
 from .drafts.base import Draft
+from .sampling import UniformBuffer
 
 
 class ProposalRecorder(Draft):
@@ -33,6 +39,7 @@ class ProposalRecorder(Draft):
     def __init__(self, draft: Draft):
         self.draft = draft
         self.name, self.uses_target_hidden = draft.name, draft.uses_target_hidden
+        self.batched = draft.batched
         self.vocab_size, self.block_size = draft.vocab_size, draft.block_size
         self.proposals: list[tuple[list[int], object, torch.Tensor]] = []
 
@@ -44,6 +51,11 @@ class ProposalRecorder(Draft):
         drafts, q = (self.draft.propose(seq, k, temperature, gen) if stop is None else
                      self.draft.propose(seq, k, temperature, gen, stop=stop))
         self.proposals.append((list(drafts), q, gen.get_state()))
+        return drafts, q
+
+    def propose_batch(self, seqs, rows, k, temperature, sources):
+        drafts, q = self.draft.propose_batch(seqs, rows, k, temperature, sources)
+        self.proposals.append(([list(d) for d in drafts], q, [source_state(s) for s in sources]))
         return drafts, q
 
     def observe(self, hidden, emitted):
@@ -64,6 +76,7 @@ class ReplayDraft(Draft):
         self.name, self.uses_target_hidden = f"replay of {recorder.name}", recorder.uses_target_hidden
         self.vocab_size, self.block_size = recorder.vocab_size, recorder.block_size
         self.proposals = recorder.proposals
+        self.batched = recorder.batched
         self.next = 0
 
     def reset(self) -> None:
@@ -81,3 +94,32 @@ class ReplayDraft(Draft):
         if isinstance(q, torch.Tensor):
             return drafts, q
         return drafts, [row if isinstance(row, (list, tuple)) else copy.copy(row) for row in q]
+
+    def propose_batch(self, seqs, rows, k, temperature, sources):
+        """The next recorded batch proposal, every row's uniform source restored to its state then."""
+        if self.next >= len(self.proposals) or len(self.proposals[self.next][2]) != len(sources) \
+                or any(len(d) != k for d in self.proposals[self.next][0]):
+            raise RuntimeError("the replayed run diverged from the recorded one")
+        drafts, q, states = self.proposals[self.next]
+        self.next += 1
+        for source, state in zip(sources, states):
+            restore_source(source, state)
+        if isinstance(q, torch.Tensor):
+            return drafts, q
+        return drafts, [None if rows_b is None else [row if isinstance(row, (list, tuple)) else copy.copy(row)
+                                                      for row in rows_b] for rows_b in q]
+
+
+def source_state(source):
+    """A uniform source's state: a generator's, or a UniformBuffer's (its block, position, generator)."""
+    if isinstance(source, UniformBuffer):
+        return source._values, source._next, source.gen.get_state()
+    return source.get_state()
+
+
+def restore_source(source, state) -> None:
+    if isinstance(source, UniformBuffer):
+        source._values, source._next, gen_state = state   # a refill replaces the block, never edits it
+        source.gen.set_state(gen_state)
+    else:
+        source.set_state(state)

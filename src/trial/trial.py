@@ -60,6 +60,18 @@ def free_loop_run(speculate, recorder: ProposalRecorder, g):
     return run, g.target_passes
 
 
+def recorded_loops(speculate, baseline, n_chars: int, draft):
+    """(the counter run, measure_cost's `loops`): one run of the loop speculate(track_overlap,
+    with_draft) with `draft`'s proposals recorded, then the free loop replaying them
+    (`free_loop_run`) and the baseline loop baseline() of n_chars chars; the loops None where the
+    replay diverges. A trial's chain (sequence_measurements) and analysis.predict's probes, at
+    B = 1 and for a batch, build their loops here."""
+    recorder = ProposalRecorder(draft)
+    g = speculate(with_draft=recorder)
+    free = free_loop_run(speculate, recorder, g)
+    return g, None if free is None else {"free": free, "base": (baseline, n_chars)}
+
+
 def run_trial(spec: TrialSpec, source: TargetSource | None = None, progress: bool = True,
               loaded=None, lock=None) -> TrialResult:
     """source: where the corpus and the trained targets come from (default: the local cache).
@@ -152,12 +164,12 @@ def sequence_measurements(spec: TrialSpec, model, draft, prompt: list[int], time
                                         policy=policy)
         return generate_tree(model, with_draft, prompt, n, widths, T, new_gen(), track_overlap=track_overlap)
 
-    # deterministic counters: exact given the seed; a chain's proposals recorded for the free loop
-    recorder = ProposalRecorder(draft) if widths is None and spec.timing.free_loop else None
-    g = speculate(with_draft=draft if recorder is None else recorder)
-    free_run = None if recorder is None else free_loop_run(speculate, recorder, g)
-    # the free loop and the baseline loop, timed with the components (the cost model's loop times)
-    loops = None if free_run is None else {"free": free_run, "base": (baseline, n)}
+    # deterministic counters: exact given the seed; a chain's proposals recorded for the free loop,
+    # which is timed with the baseline loop and the components (the cost model's loop times)
+    if widths is None and spec.timing.free_loop:
+        g, loops = recorded_loops(speculate, baseline, n, draft)
+    else:
+        g, loops = speculate(), None
     metrics = {
         "acceptance": g.accepted / g.proposed,
         "position_acceptance": g.accepted / g.tested,

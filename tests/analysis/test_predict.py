@@ -219,6 +219,60 @@ def test_measure_on_the_tiny_model(tiny):
                                        for k, c in m.costs.items()]).all()
 
 
+def test_a_model_drafts_td_is_its_proposal_timed_after_a_verify_pass_in_the_loops_shares(tiny, monkeypatch):
+    """int8 (a ModelDraft) in a chain: measure_cost gets the share of full accepts S_k (the loop's
+    passes catching up two chars), td is the in-loop proposal (the median of its rounds, drawn for
+    the interval), the lone proposal's c is beside it; --fit-sweep's costs (without_loops) go back
+    to the lone td and its rounds, on which the fitted gamma was fitted. bigram: timed alone only."""
+    import src.engine.measure as measure_mod
+    shares = []
+    real = measure_mod.measure_cost
+
+    def recording(*args, **kwargs):
+        shares.append(kwargs.get("in_loop"))
+        return real(*args, **kwargs)
+    monkeypatch.setattr(measure_mod, "measure_cost", recording)
+    cfg, corpus, target = tiny
+    dcfg = compose_cfg(cfg.data.path, cfg.data.cache_dir, "draft=int8")
+    m = measure(dcfg, [2], None, seqs=2, every=16, seed=0, loaded=(corpus, target))
+    c = m.costs[2]
+    assert shares == [m.survival[1]] and 0 < shares[0] < 1     # S_2 of k = 2's own loop
+    r = c["spread"].rounds
+    assert c["draft_char_us"] == pytest.approx(np.median(r["draft"]), rel=1e-12)
+    assert c["draft_char_us_alone"] == pytest.approx(np.median(r["draft alone"]), rel=1e-12)
+    assert r["draft"] != r["draft alone"]
+    row = prediction_table(m.survival, m.costs, Overheads(), m.a).iloc[0]
+    assert row["c alone"] == c["draft_char_us_alone"] / c["target_pass_us"]
+    assert row["c"] == c["draft_char_us"] / c["target_pass_us"]
+    assert row["predicted"] == pytest.approx(c["cpp"] * c["base_pass_us"] / (c["free_pass_us"] + 2 * c["draft_char_us"]),
+                                             rel=1e-12)
+    fitted = without_loops(m.costs)[2]
+    assert fitted["draft_char_us"] == c["draft_char_us_alone"] and "draft_char_us_alone" not in fitted
+    assert fitted["spread"].rounds["draft"] == r["draft alone"] and "draft alone" not in fitted["spread"].rounds
+    assert "c alone" not in prediction_table(m.survival, without_loops(m.costs), Overheads(), m.a)
+    shares.clear()
+    b = measure(compose_cfg(cfg.data.path, cfg.data.cache_dir, "draft=bigram"), [2], None, seqs=2, every=16, seed=0,
+                loaded=(corpus, target))
+    assert shares == [None] and "draft_char_us_alone" not in b.costs[2]
+
+
+@pytest.mark.parametrize("draft", ["bigram", "ngram"])
+def test_at_a_batch_the_batchs_loops_give_the_overheads(tiny, draft):
+    """batch=2: the batch's baseline loop and its loop replaying a recorded batch run are timed with
+    the components; o_base, o_pass and the prediction follow from their times exactly, as at B = 1
+    (ngram: its td the cold cost times B)."""
+    cfg, corpus, target = tiny
+    dcfg = compose_cfg(cfg.data.path, cfg.data.cache_dir, f"draft={draft}", "batch=2", "n_chars=48")
+    m = measure(dcfg, [2], None, seqs=2, every=16, seed=0, loaded=(corpus, target))
+    c = m.costs[2]
+    o = c["overheads"]
+    assert o.o_base == c["base_pass_us"] - c["target_pass_us"] and o.o_pass == c["free_pass_us"] - c["verify_pass_us"]
+    assert len(c["spread"].rounds["free"]) == len(c["spread"].rounds["base"]) == len(c["spread"].rounds["target"])
+    row = prediction_table(m.survival, m.costs, Overheads()).iloc[0]
+    assert row["predicted"] == pytest.approx(c["cpp"] * c["base_pass_us"] / (c["free_pass_us"] + 2 * c["draft_char_us"]),
+                                             rel=1e-12)
+
+
 def test_measure_a_tree_of_a_table_draft_on_the_tiny_model(tiny):
     """A tree's chars per pass lies in [1, depth + 1], its nodes at most the shape's; a table draft's
     td is the cold replay's, with the warm one kept beside it."""

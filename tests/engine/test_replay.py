@@ -4,15 +4,17 @@ For every shipped draft on the tiny model, at k = 1 and 4: the counter run with 
 its replay emit the same chars with the same passes, proposals and acceptances, and the replay
 does so every time it is run (reset starts it over). Negative control: a replay that hands back
 the proposals but leaves the generator where it is (no restored state) diverges, which shows the
-restored state is what keeps the acceptance tests' uniforms the same. measure_cost times the
-free loop and the baseline loop with the other components, and the trial logs both for chains
-only.
+restored state is what keeps the acceptance tests' uniforms the same. The same for a batch
+(bigram, ngram, int8 at B = 3): its replay makes the recorded batch run, and a replay leaving the
+rows' uniform sources where it found them diverges. measure_cost times the free loop and the
+baseline loop with the other components, and the trial logs both for chains only.
 """
 from __future__ import annotations
 
 import pytest
 import torch
 
+from src.engine.batch import generate_speculative_batch, stream_generators
 from src.engine.decode import generate_baseline, generate_speculative
 from src.engine.measure import measure_cost
 from src.engine.replay import ProposalRecorder, ReplayDraft
@@ -99,3 +101,50 @@ def test_the_trial_logs_the_free_loop_for_chains(tiny, overrides, logged):
     cfg = compose_cfg(cfg.data.path, cfg.data.cache_dir, "draft=bigram", "k=2", *overrides)
     result = run_trial(trial_spec(cfg), progress=False, loaded=(corpus, target))
     assert ("free_pass_us" in result.metrics) == logged and ("base_pass_us" in result.metrics) == logged
+
+
+# ---- a batch: every row's uniform source restored ----------------------------------------------------
+B = 3
+
+
+def batch_run(target, draft, prompts, k, track_overlap=True):
+    return generate_speculative_batch(target.model, draft, prompts, N, k, 1.0, stream_generators(7, B),
+                                      track_overlap=track_overlap)
+
+
+def batch_counters(g):
+    return g.tokens, g.target_passes, g.passes, g.accepted, g.accepts
+
+
+@pytest.mark.parametrize("name", ["bigram", "ngram", "int8"])
+def test_a_batch_replay_makes_the_recorded_batch_run(tiny, drafts, name):
+    _, corpus, target = tiny
+    prompts = [target.tokenizer.encode(corpus.text[i:i + 8]).tolist() for i in range(0, 3000 * B, 3000)]
+    rec = ProposalRecorder(drafts[name])
+    g = batch_run(target, rec, prompts, 3)
+    assert batch_counters(g) == batch_counters(batch_run(target, drafts[name], prompts, 3))   # recording changes nothing
+    assert len(rec.proposals) == g.target_passes         # one batch proposal a pass
+    free = ReplayDraft(rec)
+    for _ in range(2):                                  # reset starts the replay over
+        assert batch_counters(batch_run(target, free, prompts, 3, track_overlap=False)) == batch_counters(g)
+
+
+class NoSourceReplay(ReplayDraft):
+    """The negative control: the batch's proposals, its rows' uniform sources left as the replay found them."""
+
+    def propose_batch(self, seqs, rows, k, temperature, sources):
+        drafts, q, _ = self.proposals[self.next]
+        self.next += 1
+        return drafts, q
+
+
+def test_without_the_rows_sources_restored_a_batch_replay_diverges(tiny, drafts):
+    _, corpus, target = tiny
+    prompts = [target.tokenizer.encode(corpus.text[i:i + 8]).tolist() for i in range(0, 3000 * B, 3000)]
+    rec = ProposalRecorder(drafts["bigram"])
+    g = batch_run(target, rec, prompts, 3)
+    try:
+        other = batch_run(target, NoSourceReplay(rec), prompts, 3)
+    except (IndexError, TypeError):   # ran past the recorded proposals, or a row the recorded run had
+        return                        # finished (no q recorded for it) still drafting: diverged too
+    assert batch_counters(other) != batch_counters(g)
