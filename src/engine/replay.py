@@ -18,9 +18,11 @@ call is kept with, per row, its uniform source's state right after it (a `Unifor
 its position and its generator's state), and the replay restores them all, so every row's
 acceptance tests draw what they drew (tests/engine/test_replay.py checks it for a batch too).
 
-Row objects (table drafts' lazily built `MixtureRow`s) are handed back as shallow copies, so
-the dense row the acceptance test builds on a rejection is built again each run, as in the real
-loop (a tensor or plain lists of floats hold no such state and go back as they are).
+Row objects (table drafts' lazily built `MixtureRow`s) are handed back as copies without their
+dense form (`MixtureRow.__copy__`), so the dense row the acceptance test builds on a rejection is
+built again each run, as in the real loop (a tensor or plain lists of floats hold no such state
+and go back as they are). Before 2026-12-04 the copies kept the recorded run's dense rows, and the
+free loop of the table drafts (ngram, distilled) left that work out of the loop's own time.
 Chains only: a tree draws its candidates in `build_tree`, outside the draft.
 """
 from __future__ import annotations

@@ -52,6 +52,35 @@ def test_replay_makes_the_recorded_run_for_every_draft(tiny, drafts, k):
             assert counters(again) == counters(g), name
 
 
+def test_a_replay_builds_a_table_drafts_dense_rows_as_the_recorded_run_did(tiny, drafts, monkeypatch):
+    """The acceptance test builds a table draft's dense row (MixtureRow.dense) on a rejection: the
+    free loop must pay that as the loop does, so the rows it hands back are copies without it. The
+    timed loop (no overlap counter) and each replay build equally many (the rows copied with their
+    dense form, as a plain shallow copy of the slots does: caught)."""
+    from src.engine.drafts.table import MixtureRow
+    _, _, target = tiny
+    prompt = target.tokenizer.encode(PROMPT).tolist()
+    builds = []
+    dense = MixtureRow.dense
+
+    def counting(row):
+        builds.append(row._dense is None)
+        return dense(row)
+    monkeypatch.setattr(MixtureRow, "dense", counting)
+    rec, g = record(target, drafts["ngram"], prompt, 4)
+    builds.clear()   # the timed loop's: no overlap counter (which builds a dense row at every tested position)
+    generate_speculative(target.model, drafts["ngram"], prompt, N, 4, 1.0, torch.Generator().manual_seed(0),
+                         track_overlap=False)
+    recorded = sum(builds)
+    assert recorded > 0
+    free = ReplayDraft(rec)
+    for _ in range(2):
+        builds.clear()
+        generate_speculative(target.model, free, prompt, N, 4, 1.0, torch.Generator().manual_seed(0),
+                             track_overlap=False)
+        assert sum(builds) == recorded
+
+
 class NoStateReplay(ReplayDraft):
     """The negative control: the proposals, but the generator left where the replay found it."""
 
