@@ -26,9 +26,10 @@ target and the draft come from the cache as a trial's do (trained and cached fir
   target pass), tv(k) (a (k+1)-char verify pass; a tree's verify pass) and td (draft time per
   drafted char or node), in `--rounds` interleaved rounds, under the host's timing lock. measure_cost times
   one proposal over and over, so a draft that memoizes rows (the table drafts) is timed warm; for
-  such a draft td is instead the cold cost the loop pays (`replay_draft_cost`: one pass's
-  drafting every cpp(k) chars along the sampled text, memos dropped per sequence), and the warm
-  c is printed beside it. A draft running a model of its own (int8, int4, a small model: a
+  such a draft td is instead the cold cost the loop pays (`replay_draft_costs`: one pass's
+  drafting every cpp(k) chars along the sampled text, memos dropped per sequence; for a chain at
+  B = 1 each right after an untimed (k+1)-char verify pass, as in the loop), and the warm c is
+  printed beside it. A draft running a model of its own (int8, int4, a small model: a
   `ModelDraft`), in a chain of fixed k at batch 1, is timed as the loop runs it as well: right
   after a verify pass, catching up one char (after a rejection) or two (after a full accept) in
   the shares of the loop's passes (S_k, measure_cost's `in_loop`); td is that, less the verify
@@ -416,7 +417,7 @@ def measure(cfg, ks: list[int], shapes, seqs: int, every: int, seed: int, loaded
     import torch
     from src.engine.acceptance import loop_survival, mean_overlap, sample_text, tree_chars_rows
     from src.engine.drafts.model_draft import ModelDraft
-    from src.engine.measure import measure_cost, replay_draft_costs
+    from src.engine.measure import measure_cost, replay_draft_costs, verify_pass
     from src.engine.tree import build_tree
     from src.engine.engines import Engine
     from src.trial.load import build_draft, load_target
@@ -484,7 +485,8 @@ def measure(cfg, ks: list[int], shapes, seqs: int, every: int, seed: int, loaded
                     if widths is None:
                         return len(draft.propose(prefix, k, T, gen)[0])
                     return build_tree(draft, prefix, widths, T, gen).n_nodes
-                replays = tuple(replay_draft_costs(draft, seq, n, m["cpp"], one_pass))
+                after_verify = None if shapes else verify_pass(model, prompt, c.k, c.device)   # as in the loop
+                replays = tuple(replay_draft_costs(draft, seq, n, m["cpp"], one_pass, before=after_verify))
                 m["draft_char_us_warm"] = m["draft_char_us"]
                 m["draft_char_us"] = float(np.median(replays))
             m["spread"] = Spread(units[label], m.pop("rounds_us"), replays)

@@ -97,7 +97,8 @@ def measure_cost(target, draft: Draft, prompt: list[int], k: int, temperature: f
     weights and activations then stand in the caches the draft reads), in two more blocks of
     reps // k calls: a (k+1)-char verify pass then one proposal catching up one char, and the same
     catching up two (`proposal`); `draft_char_us_in_loop` is, per round, the two mixed by the share
-    less the round's verify pass, over k (the median over rounds). Its excess over `draft_char_us`
+    less the round's verify pass, over k (0 in a round where the verify pass's noise exceeds the
+    proposal; the median over rounds, which that floor leaves as it is unless it is below 0). Its excess over `draft_char_us`
     is what drafting costs the loop beyond the proposal timed alone (the cost model's gamma)."""
     if in_loop is not None and (tree_widths is not None or drafted):
         raise ValueError("in_loop times a chain's proposal of fixed k: not a tree or a policy's lengths")
@@ -169,7 +170,7 @@ def component_times(blocks: dict, k: int, loops: dict, rounds: int, width: float
     per_round["draft"] = [x / k for x in per_round["draft"]]   # per drafted char
     if in_loop is not None:   # per round: the loop's mix of the two catch-ups, less the verify pass, per drafted char
         after = zip(per_round.pop("verify, draft 1"), per_round.pop("verify, draft 2"), per_round["verify"])
-        in_loop_round = [((1 - in_loop) * one + in_loop * two - v) / k for one, two, v in after]
+        in_loop_round = [max(0.0, ((1 - in_loop) * one + in_loop * two - v) / k) for one, two, v in after]
     for name, (_, passes) in loops.items():                    # per pass
         per_round[name] = [x / passes for x in per_round.pop(f"{name} loop")]
     t = {name: statistics.median(x) for name, x in per_round.items()}
@@ -271,14 +272,30 @@ def replay_draft_cost(draft: Draft, seq: torch.Tensor, n: int, step: float, draf
     return statistics.median(replay_draft_costs(draft, seq, n, step, draft_pass, rounds))
 
 
+@torch.no_grad()
+def verify_pass(target, prompt: list[int], k: int, device: str):
+    """A (k+1)-char verify pass after `prompt`, as measure_cost's verify block runs it (the target's
+    cache prefilled with the prompt here): `replay_draft_costs`'s `before` for a chain."""
+    P = len(prompt)
+    positions = prefill(target, prompt)
+    many = torch.tensor([prompt[-1:] * (k + 1)], device=device)
+
+    @torch.no_grad()
+    def run():
+        target(many, positions[P - 1:P + k])
+    return run
+
+
 def replay_draft_costs(draft: Draft, seq: torch.Tensor, n: int, step: float, draft_pass,
-                       rounds: int = 3) -> list[float]:
+                       rounds: int = 3, before=None) -> list[float]:
     """Microseconds per drafted char (or node) of a draft that memoizes rows (table drafts), paid
     as the loop pays it: along each sampled sequence of seq (B, P + n) ids, memos dropped at its
     start (`draft.reset()`, as at the start of every run of a trial), one pass's drafting
     `draft_pass(prefix) -> chars drafted` at every `step` chars (the expected chars per pass), so
     each context's row is built the first time the text meets it. `measure_cost` times the same
-    proposal over and over (warm rows) and misses that. One value per replay, `rounds` replays."""
+    proposal over and over (warm rows) and misses that. One value per replay, `rounds` replays.
+    before: run untimed before each draft pass (a chain's (k+1)-char verify pass: in the loop every
+    proposal follows one, whose weights and activations displace the rows from the caches)."""
     P = seq.shape[1] - n
     rows = seq.tolist()
     per_char = []
@@ -288,6 +305,8 @@ def replay_draft_costs(draft: Draft, seq: torch.Tensor, n: int, step: float, dra
             draft.reset()
             j, L = 0, P
             while L < P + n:
+                if before is not None:
+                    before()
                 t0 = time.perf_counter()
                 drafted += draft_pass(r[:L])
                 seconds += time.perf_counter() - t0

@@ -31,6 +31,7 @@ the seconds it took are kept in `compile_s`. A forward without a cache (full seq
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import math
@@ -52,6 +53,15 @@ log = logging.getLogger(__name__)
 
 FORMAT = 1          # bump when Step's inputs, outputs or math change
 NEG = -1e30         # an additive mask's "may not attend" (exp underflows to exactly 0)
+
+
+@functools.lru_cache(maxsize=None)
+def causal_mask(T: int) -> np.ndarray:
+    """smask (T, T): a pass's inputs seeing each other causally, additive; built once per T (read-only:
+    the bindings copy it into their buffers)."""
+    m = np.where(np.tril(np.ones((T, T), dtype=bool)), 0.0, NEG).astype(np.float32)
+    m.setflags(write=False)
+    return m
 
 
 class Step(nn.Module):
@@ -235,8 +245,7 @@ class OnnxModel:
             if hit is None:
                 cmask = np.full((T, S), NEG, dtype=np.float32)
                 cmask[:, :pos[0]] = 0.0
-                smask = np.where(np.tril(np.ones((T, T), dtype=bool)), 0.0, NEG).astype(np.float32)
-                hit = self.chain_masks[key] = (cmask, smask)
+                hit = self.chain_masks[key] = (cmask, causal_mask(T))
             return hit
         allowed = mask.cpu().numpy()
         own = allowed[:, slots]
@@ -248,9 +257,8 @@ class OnnxModel:
         """A batch's chain pass (positions (B, T)): cmask (B, 1, S), row b's queries seeing the
         slots before its first position (broadcast over T into the bound buffer), and smask (T, T),
         its inputs causally."""
-        T = pos.shape[1]
         cmask = np.where(np.arange(S)[None, None, :] < pos[:, :1, None], 0.0, NEG).astype(np.float32)
-        return cmask, np.where(np.tril(np.ones((T, T), dtype=bool)), 0.0, NEG).astype(np.float32)
+        return cmask, causal_mask(pos.shape[1])
 
     def __call__(self, idx, input_pos=None, slots=None, mask=None, *, return_hidden: bool = False):
         B = idx.shape[0]

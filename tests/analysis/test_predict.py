@@ -273,6 +273,25 @@ def test_at_a_batch_the_batchs_loops_give_the_overheads(tiny, draft):
                                              rel=1e-12)
 
 
+def test_a_table_drafts_cold_replay_follows_a_verify_pass_in_a_chain_not_in_a_tree(tiny, monkeypatch):
+    import src.engine.measure as measure_mod
+    befores = []
+    real = measure_mod.replay_draft_costs
+
+    def recording(*args, before=None, **kwargs):
+        befores.append(before)
+        return real(*args, before=before, **kwargs)
+    monkeypatch.setattr(measure_mod, "replay_draft_costs", recording)
+    cfg, corpus, target = tiny
+    m = measure(compose_cfg(cfg.data.path, cfg.data.cache_dir, "draft=ngram"), [2], None, seqs=2, every=16, seed=0,
+                loaded=(corpus, target))
+    assert len(befores) == 1 and callable(befores[0]) and "draft_char_us_warm" in m.costs[2]
+    befores.clear()
+    measure(compose_cfg(cfg.data.path, cfg.data.cache_dir, "draft=ngram", "verify=tree", "verify.widths=[2,1]", "k=2"),
+            [], [(2, 1)], seqs=2, every=16, seed=0, loaded=(corpus, target))
+    assert befores == [None]
+
+
 def test_measure_a_tree_of_a_table_draft_on_the_tiny_model(tiny):
     """A tree's chars per pass lies in [1, depth + 1], its nodes at most the shape's; a table draft's
     td is the cold replay's, with the warm one kept beside it."""

@@ -119,7 +119,7 @@ def test_ragged_batch_passes_on_the_onnx_engine(tiny, engine_cache):
     runner = engine("onnx", engine_cache).wrap(target.model)
     prompts = corpus_prompts(tiny)
     assert ragged_passes_match(target.model, runner, prompts, torch.Generator().manual_seed(7)) < 1e-4
-    assert not runner.fallback and {shape[0] for shape, _ in runner.compile_s} == {(B)}   # batch graphs ran
+    assert not runner.fallback and {shape[0] for shape, _ in runner.compile_s} == {B}   # batch graphs ran
 
 
 def test_the_ragged_test_catches_an_onnx_batch_mask_of_the_longest_row(tiny, engine_cache, monkeypatch):

@@ -1,12 +1,15 @@
 """measure_cost's proposal timed as the loop runs it (`in_loop`): after a verify pass, catching up
 one char or two, mixed by the share of full accepts. The arithmetic on planted rounds (exact), and
-on the tiny model which calls the blocks make, in which order. No wall-clock time is asserted."""
+on the tiny model which calls the blocks make, in which order; a table draft's cold replay with a
+verify pass before each proposal. No wall-clock time is asserted."""
 from __future__ import annotations
 
 import pytest
 
+import torch
+
 from src.engine import measure as measure_mod
-from src.engine.measure import measure_cost
+from src.engine.measure import measure_cost, replay_draft_costs
 
 from tests.conftest import PROMPT
 
@@ -39,6 +42,12 @@ def test_the_in_loop_proposal_mixes_the_two_catch_ups_by_the_share_per_round_les
     assert m["rounds_us"]["draft in loop"] == pytest.approx([112.5, 112.5, 487.5], rel=1e-9)
     assert m["draft_char_us"] == pytest.approx(50.0, rel=1e-9)        # the lone proposal, kept beside it
     assert not any(key.startswith("verify, draft") for key in (*m, *m["rounds_us"]))
+    # a round whose verify pass ran slower than the pair (noise larger than a cheap proposal) reads 0, not < 0
+    planted_rounds(monkeypatch, {"target": [500e-6] * 3, "verify": [1000e-6, 1500e-6, 1000e-6], "draft": lone,
+                                 "verify, draft 1": [1040e-6, 1000e-6, 1040e-6],
+                                 "verify, draft 2": [1040e-6, 1000e-6, 1040e-6]})
+    m = measure_mod.component_times(blocks, K, {}, 3, None, 0.95, None, None, "cpu", keep_rounds=True, in_loop=0.25)
+    assert m["rounds_us"]["draft in loop"] == pytest.approx([10.0, 0.0, 10.0], rel=1e-9)
     # without a share: no in-loop time
     planted_rounds(monkeypatch, {"target": [500e-6] * 3, "verify": v, "draft": lone})
     plain = measure_mod.component_times({n: (None, 1) for n in ("target", "verify", "draft")}, K, {}, 3, None, 0.95,
@@ -95,3 +104,26 @@ def test_in_loop_is_refused_for_a_tree_and_a_policys_lengths(tiny, drafts):
     with pytest.raises(ValueError, match="in_loop"):
         measure_cost(target.model, drafts["int8"], prompt, 2, 1.0, 2, "cpu", rounds=1, drafted={1: 0.5, 2: 0.5},
                      in_loop=0.5)
+
+
+def test_a_cold_replay_with_before_runs_it_right_before_every_draft_pass_and_never_times_it():
+    """replay_draft_costs(before=...): the loop's order, a verify pass then a proposal, at every pass
+    of every sequence; the timed seconds are the draft passes' only (a before that sleeps would
+    otherwise show: here the clock is read around the draft pass alone, checked by the events)."""
+    events = []
+
+    class Stub:
+        def reset(self):
+            events.append("reset")
+
+    def draft_pass(prefix):
+        events.append(("draft", len(prefix)))
+        return 2
+    seq = torch.zeros((2, 5 + 8), dtype=torch.long)          # 2 sequences, P = 5, n = 8
+    out = replay_draft_costs(Stub(), seq, 8, 4.0, draft_pass, rounds=1, before=lambda: events.append("verify"))
+    assert len(out) == 1 and out[0] >= 0
+    per_sequence = ["reset", "verify", ("draft", 5), "verify", ("draft", 9)]   # a pass every 4 chars
+    assert events == per_sequence * 2 + ["reset"]
+    events.clear()
+    replay_draft_costs(Stub(), seq, 8, 4.0, draft_pass, rounds=1)
+    assert "verify" not in events
