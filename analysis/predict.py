@@ -66,7 +66,9 @@ component times (with a chain's measured loops, timed in those rounds), and a ta
 cold-cost replays for its td; the central 95%. Fitted loop overheads are held at their values, and
 the cost model's own error is not in it (--validate measures that). On planted probes of 16 sequences and 15 rounds it covers the true speedup 93.8% of
 the time (tests/analysis/test_predict_interval.py): a little short of 95%, as a bootstrap of 16
-sequences and of a median over 15 rounds is.
+sequences and of a median over 15 rounds is. What changes from one run of the probes to the next
+(the machine's state, compiled graphs, memory layout) is not in it either: on the 2-core machine
+two runs of the same probes moved a prediction by up to 8% (docs/results.md).
 
 Regimes: `engine=` and `batch=` take comma lists; each (engine, batch) regime is predicted in turn
 (a regime none of whose settings can run, such as transformers at B > 1, is left out with its reason before
