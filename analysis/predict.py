@@ -43,14 +43,13 @@ with n(k) = k drafted chars (tree: mean drafted nodes per pass) and o_base, o_pa
 loop overheads. For a chain of fixed k in the tool's own loop they are measured per setting, as
 a trial at batch 1 measures them (`loop_probes`; at B > 1 the batch's loops, `batch_loop_probes`;
 engine=transformers measures its loop's own way, below; a draft whose replay diverges from its
-recorded run gets none, said in a warning):
-the baseline loop of n_chars and the speculative loop replaying one recorded run's proposals at
-no drafting cost (src/engine/replay.py) are timed in the same
-interleaved rounds as t1, tv and td, o_base = the baseline loop's step beyond t1 and o_pass = the
-free loop's pass beyond tv (the table's o_base and o_pass columns); gamma, a draft's in-loop
-excess over its td, is 0 (a model draft's td is its in-loop time at B = 1, above). Elsewhere (trees, policies),
-or with `--fit-sweep` (then td is the lone proposal's throughout), they are the extended cost model's (analysis/cost_models.py, its (o_pass,
-gamma) form) fitted on a finished sweep's trials (its drafts in `--fit-drafts`; fitted on that
+recorded run gets none, said in a warning): the baseline loop of n_chars and the speculative loop
+replaying one recorded run's proposals at no drafting cost (src/engine/replay.py) are timed in the
+same interleaved rounds as t1, tv and td, o_base = the baseline loop's step beyond t1 and o_pass =
+the free loop's pass beyond tv (the table's o_base and o_pass columns); gamma, a draft's in-loop
+excess over its td, is 0 (a model draft's td is its in-loop time at B = 1, above). Elsewhere
+(trees, policies), or with `--fit-sweep` (then td is the lone proposal's throughout), they are the
+extended cost model's (analysis/cost_models.py, its (o_pass, gamma) form) fitted on a finished sweep's trials (its drafts in `--fit-drafts`; fitted on that
 sweep's machine, so the overheads in microseconds carry over only to a machine of that speed);
 without it all three are 0 there and the output says so. With them 0 and tv = t1 the formula is
 the seed's cpp / (1 + k c).
@@ -477,8 +476,7 @@ def measure(cfg, ks: list[int], shapes, seqs: int, every: int, seed: int, loaded
                 r = m["rounds_us"]
                 r["draft alone"], r["draft"] = r["draft"], r.pop("draft in loop")
             if loops[label]:
-                m["overheads"] = Overheads(m["base_pass_us"] - m["target_pass_us"],
-                                           m["free_pass_us"] - m["verify_pass_us"], 0.0, MEASURED_LOOPS)
+                m["overheads"] = loop_overheads(m)
             m = {"k": c.k, **m, "nodes": trees[label][1] if shapes else c.k}
             m["cpp"] = trees[label][0] if shapes else chars_per_pass(chains[label], c.k)
             replays = ()
@@ -499,6 +497,13 @@ def measure(cfg, ks: list[int], shapes, seqs: int, every: int, seed: int, loaded
 MEASURED_LOOPS = ("measured per setting with its components (o_base: the baseline loop's step beyond its one-char "
                   "pass; o_pass: the loop replaying a recorded run's proposals, at no drafting cost, per pass beyond "
                   "its verify pass; gamma 0: a model draft's td is its proposal timed after a verify pass)")
+
+
+def loop_overheads(m: dict) -> Overheads:
+    """A setting's loop overheads from its loops timed with its components (measure_cost's
+    base_pass_us and free_pass_us): o_base = base - t1, o_pass = free - tv, gamma 0."""
+    return Overheads(m["base_pass_us"] - m["target_pass_us"], m["free_pass_us"] - m["verify_pass_us"], 0.0,
+                     MEASURED_LOOPS)
 
 
 def loop_probes(model, draft, prompt: list[int], n: int, k: int, temperature: float, device: str, seed: int):
@@ -627,8 +632,7 @@ def measure_batch(chosen: dict, model, draft, corpus, target, seq, a: float, seq
             m = measure_batch_cost(model, draft, prompts, c.k, T, c.timing.cost_reps, c.device, rounds,
                                    keep_rounds=True, loops=loops[label])
             if loops[label]:
-                m["overheads"] = Overheads(m["base_pass_us"] - m["target_pass_us"],
-                                           m["free_pass_us"] - m["verify_pass_us"], 0.0, MEASURED_LOOPS)
+                m["overheads"] = loop_overheads(m)
             m |= {"k": c.k, "nodes": c.k, "cpp": float(np.mean(cpp[label]))}
             replays = ()
             if hasattr(draft, "clear_memos"):  # rows built on first use: the loop pays the cold cost
