@@ -27,13 +27,14 @@ target and the draft come from the cache as a trial's do (trained and cached fir
   drafted char or node), in `--rounds` interleaved rounds, under the host's timing lock. measure_cost times
   one proposal over and over, so a draft that memoizes rows (the table drafts) is timed warm; for
   such a draft td is instead the cold cost the loop pays (`replay_draft_costs`: one pass's
-  drafting every cpp(k) chars along the sampled text, memos dropped per sequence; for a chain at
-  B = 1 each right after an untimed (k+1)-char verify pass, as in the loop), and the warm c is
-  printed beside it. A draft running a model of its own (int8, int4, a small model: a
-  `ModelDraft`), in a chain of fixed k at batch 1, is timed as the loop runs it as well: right
-  after a verify pass, catching up one char (after a rejection) or two (after a full accept) in
-  the shares of the loop's passes (S_k, measure_cost's `in_loop`); td is that, less the verify
-  pass, and the c of its proposal timed alone is printed beside it ("c alone"). Timed alone, the
+  drafting every cpp(k) chars along the sampled text, memos dropped per sequence; in a chain each
+  right after an untimed (k+1)-char verify pass, as in the loop, at a batch of B an untimed
+  (B, k+1) one before every B proposals), and the warm c is printed beside it. A draft running a
+  model of its own (int8, int4, a small model: a `ModelDraft`), in a chain of fixed k, is timed as
+  the loop runs it as well: right after a verify pass, catching up one char (after a rejection)
+  or two (after a full accept) in the shares of the loop's passes (S_k, measure_cost's
+  `in_loop`; at a batch every row catches up two, measure_batch_cost's); td is that, less the
+  verify pass, and the c of its proposal timed alone is printed beside it ("c alone"). Timed alone, the
   proposal runs with its own weights warm in the caches; in the loop the target's pass has just
   displaced them (docs/method.md has the two measured side by side).
 Prediction per k (pure functions below, no loop is run):
@@ -47,7 +48,7 @@ recorded run gets none, said in a warning): the baseline loop of n_chars and the
 replaying one recorded run's proposals at no drafting cost (src/engine/replay.py) are timed in the
 same interleaved rounds as t1, tv and td, o_base = the baseline loop's step beyond t1 and o_pass =
 the free loop's pass beyond tv (the table's o_base and o_pass columns); gamma, a draft's in-loop
-excess over its td, is 0 (a model draft's td is its in-loop time at B = 1, above). Elsewhere
+excess over its td, is 0 (a model draft's td is its in-loop time, above). Elsewhere
 (trees, policies), or with `--fit-sweep` (then td is the lone proposal's throughout), they are the
 extended cost model's (analysis/cost_models.py, its (o_pass, gamma) form) fitted on a finished sweep's trials (its drafts in `--fit-drafts`; fitted on that
 sweep's machine, so the overheads in microseconds carry over only to a machine of that speed);
@@ -470,11 +471,8 @@ def measure(cfg, ks: list[int], shapes, seqs: int, every: int, seed: int, loaded
             full = float(chains[label][c.k - 1]) if own_model and not shapes else None   # share of full accepts
             m = measure_cost(model, draft, prompt, c.k, T, c.timing.cost_reps, c.device, rounds, c.tree,
                              loops=loops[label], keep_rounds=True, in_loop=full)
-            if full is not None:   # td: the proposal as the loop runs it (after a verify pass), the lone one beside it
-                m["draft_char_us_alone"] = m["draft_char_us"]
-                m["draft_char_us"] = m.pop("draft_char_us_in_loop")
-                r = m["rounds_us"]
-                r["draft alone"], r["draft"] = r["draft"], r.pop("draft in loop")
+            if full is not None:
+                in_loop_td(m)
             if loops[label]:
                 m["overheads"] = loop_overheads(m)
             m = {"k": c.k, **m, "nodes": trees[label][1] if shapes else c.k}
@@ -497,6 +495,16 @@ def measure(cfg, ks: list[int], shapes, seqs: int, every: int, seed: int, loaded
 MEASURED_LOOPS = ("measured per setting with its components (o_base: the baseline loop's step beyond its one-char "
                   "pass; o_pass: the loop replaying a recorded run's proposals, at no drafting cost, per pass beyond "
                   "its verify pass; gamma 0: a model draft's td is its proposal timed after a verify pass)")
+
+
+def in_loop_td(m: dict) -> None:
+    """td of a draft running a model of its own: its proposal as the loop runs it (after a verify
+    pass: measure_cost's or measure_batch_cost's `in_loop`), the lone proposal kept beside it
+    ("draft_char_us_alone", rounds "draft alone"; `without_loops` puts it back)."""
+    m["draft_char_us_alone"] = m["draft_char_us"]
+    m["draft_char_us"] = m.pop("draft_char_us_in_loop")
+    r = m["rounds_us"]
+    r["draft alone"], r["draft"] = r["draft"], r.pop("draft in loop")
 
 
 def loop_overheads(m: dict) -> Overheads:
@@ -608,13 +616,16 @@ def measure_batch(chosen: dict, model, draft, corpus, target, seq, a: float, seq
     seed.., nothing timed), each run's mean chars of a sequence over the batch's passes (the batch
     waits for its slowest sequence, which per-position survival at B = 1 would not show). Costs:
     `measure_batch_cost` at (B, width); a table draft's per-char time is its cold cost along the
-    sampled text (as at B = 1) times B (one proposal per sequence). The batch's loops are timed
-    with them (`batch_loop_probes`): o_base, o_pass per setting as at B = 1."""
+    sampled text (as at B = 1, a (B, k+1) verify pass before every B proposals) times B (one
+    proposal per sequence); a model draft's is its batch proposal timed after a verify pass
+    (`in_loop`). The batch's loops are timed with them (`batch_loop_probes`): o_base, o_pass per
+    setting as at B = 1."""
     import time
 
     import torch
     from src.engine.batch import generate_speculative_batch, stream_generators
-    from src.engine.measure import measure_batch_cost, replay_draft_costs
+    from src.engine.drafts.model_draft import ModelDraft
+    from src.engine.measure import batch_verify_pass, measure_batch_cost, replay_draft_costs
     from src.trial.batched import batch_prompts
     from src.trial.timing_lock import timing_lock
     first = next(iter(chosen.values()))
@@ -627,17 +638,22 @@ def measure_batch(chosen: dict, model, draft, corpus, target, seq, a: float, seq
         cpp[label] = [float(np.mean(g.chars) / g.target_passes) for g in runs]   # one per run
     costs, gen = {}, torch.Generator().manual_seed(seed)
     loops = {label: batch_loop_probes(model, draft, prompts, n, c.k, T, c.device, seed) for label, c in chosen.items()}
+    own_model = isinstance(draft, ModelDraft)   # a draft running a model of its own: timed in the loop's order too
     with timing_lock(first.timing):
         for label, c in chosen.items():
             m = measure_batch_cost(model, draft, prompts, c.k, T, c.timing.cost_reps, c.device, rounds,
-                                   keep_rounds=True, loops=loops[label])
+                                   keep_rounds=True, loops=loops[label], in_loop=own_model)
+            if own_model:
+                in_loop_td(m)
             if loops[label]:
                 m["overheads"] = loop_overheads(m)
             m |= {"k": c.k, "nodes": c.k, "cpp": float(np.mean(cpp[label]))}
             replays = ()
             if hasattr(draft, "clear_memos"):  # rows built on first use: the loop pays the cold cost
+                after_verify = batch_verify_pass(model, prompts, c.k, c.device)   # B proposals follow each, as in the loop
                 replays = tuple(replay_draft_costs(
-                    draft, seq, n, m["cpp"], lambda prefix, k=c.k: len(draft.propose(prefix, k, T, gen)[0])))
+                    draft, seq, n, m["cpp"], lambda prefix, k=c.k: len(draft.propose(prefix, k, T, gen)[0]),
+                    before=after_verify, every=B))
                 m["draft_char_us_warm"] = m["draft_char_us"]
                 m["draft_char_us"] = B * float(np.median(replays))
             units = np.array([(x, 1.0, c.k) for x in cpp[label]])   # a run's mean over its sequences

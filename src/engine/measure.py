@@ -42,6 +42,30 @@ def rewound_proposal(draft: Draft, prompt: list[int], k: int, temperature: float
     return propose_k
 
 
+def target_passes(target, prompt: list[int], positions: torch.Tensor, k: int, device: str):
+    """The target's two timed passes after `prompt`, its cache prefilled (`prefill`'s positions):
+    a 1-char pass at the prompt's last position, and a (k+1)-char verify pass from there (ids: the
+    last char repeated; a pass costs the same whatever the ids)."""
+    P = len(prompt)
+    one = torch.tensor([prompt[-1:]], device=device)             # (1, 1)
+    many = torch.tensor([prompt[-1:] * (k + 1)], device=device)  # (1, k+1)
+    return (torch.no_grad()(lambda: target(one, positions[P - 1:P])),
+            torch.no_grad()(lambda: target(many, positions[P - 1:P + k])))
+
+
+def batch_target_passes(target, prompts: list[list[int]], k: int, device: str):
+    """target_passes for a batch of B prompts of one length, prefilled here (`prefill_batch`): a
+    (B, 1) pass, the baseline's step, and a (B, k+1) verify pass at per-row positions, the
+    speculative step's."""
+    P, B = len(prompts[0]), len(prompts)
+    positions = prefill_batch(target, prompts)
+    last = torch.tensor([p[-1:] for p in prompts], device=device)                    # (B, 1)
+    many = last.expand(B, k + 1).contiguous()                                         # (B, k+1)
+    at = torch.full((B, 1), P - 1, device=device) + positions[:k + 1]                # (B, k+1) per-row positions
+    return (torch.no_grad()(lambda: target(last, positions[P - 1:P])),
+            torch.no_grad()(lambda: target(many, at)))
+
+
 def pass_per_reference(per_call: dict[str, list[float]], loops: dict) -> list[float]:
     """Per round: the time of one speculative pass as the components add up (the free loop's pass,
     or the verify pass without one, plus one k-char proposal) over the reference pass (the
@@ -96,34 +120,31 @@ def measure_cost(target, draft: Draft, prompt: list[int], k: int, temperature: f
     Given it, the proposal is also timed as the loop runs it, right after a verify pass (whose
     weights and activations then stand in the caches the draft reads), in two more blocks of
     reps // k calls: a (k+1)-char verify pass then one proposal catching up one char, and the same
-    catching up two (`proposal`); `draft_char_us_in_loop` is, per round, the two mixed by the share
-    less the round's verify pass, over k (0 in a round where the verify pass's noise exceeds the
-    proposal; the median over rounds, which that floor leaves as it is unless it is below 0). Its excess over `draft_char_us`
-    is what drafting costs the loop beyond the proposal timed alone (the cost model's gamma)."""
+    catching up two (`rewound_proposal`); `draft_char_us_in_loop` is, per round, the two mixed by
+    the share less the round's verify pass, over k (0 in a round where the verify pass's noise
+    exceeds the proposal), and then the median over rounds. Its excess over `draft_char_us` is
+    what drafting costs the loop beyond the proposal timed alone (the cost model's gamma)."""
     if in_loop is not None and (tree_widths is not None or drafted):
         raise ValueError("in_loop times a chain's proposal of fixed k: not a tree or a policy's lengths")
     if tree_widths is not None:
         return tree_cost(target, draft, prompt, tree_widths, temperature, reps, device, rounds, keep_rounds)
     gen = torch.Generator(device=device).manual_seed(0)
-    P = len(prompt)
-    one = torch.tensor([prompt[-1:]], device=device)          # (1, 1)
-    many = torch.tensor([prompt[-1:] * (k + 1)], device=device)  # (1, k+1); the values do not matter
     draft.reset()
     if draft.uses_target_hidden:
         positions, h = prefill(target, prompt, return_hidden=True)
         if h is None:  # 1-char prompt: no prefill; the row of a pass on it costs the heads the same
-            h = target(one, positions[:1], return_hidden=True)[1][0, -1]
+            h = target(torch.tensor([prompt[-1:]], device=device), positions[:1], return_hidden=True)[1][0, -1]
         draft.observe(h, prompt[-1])
     else:
         positions = prefill(target, prompt)
-    blocks = {"target": (lambda: target(one, positions[P - 1:P]), reps),
+    one_char, verify = target_passes(target, prompt, positions, k, device)
+    blocks = {"target": (one_char, reps),
               "draft": (proposal(draft, prompt, k, temperature, gen), max(1, reps // k))}
     if drafted:
         for j in drafted:
-            ids = torch.tensor([prompt[-1:] * (j + 1)], device=device)              # (1, j+1)
-            blocks[f"verify {j + 1}"] = (lambda ids=ids, j=j: target(ids, positions[P - 1:P + j]), reps)
+            blocks[f"verify {j + 1}"] = (target_passes(target, prompt, positions, j, device)[1], reps)
     else:
-        blocks["verify"] = (lambda: target(many, positions[P - 1:P + k]), reps)
+        blocks["verify"] = (verify, reps)
     if in_loop is not None:
         verify = blocks["verify"][0]
         for catch_up in (1, 2):
@@ -147,7 +168,8 @@ def component_times(blocks: dict, k: int, loops: dict, rounds: int, width: float
     char, a loop per pass), whose medians are target_pass_us, verify_pass_us, draft_char_us and
     <name>_pass_us. in_loop: the share of full accepts mixing the blocks "verify, draft 1" and
     "verify, draft 2" (a verify pass then a proposal catching up one char, or two) into
-    `draft_char_us_in_loop` (measure_cost), kept as "draft in loop" in rounds_us."""
+    `draft_char_us_in_loop` (measure_cost), kept as "draft in loop" in rounds_us; without a block
+    "verify, draft 1" (measure_batch_cost's, share 1), the block "verify, draft 2" alone."""
     blocks = blocks | {f"{name} loop": (run, 1) for name, (run, _) in loops.items()}
     adaptive = bool(width)
 
@@ -169,7 +191,8 @@ def component_times(blocks: dict, k: int, loops: dict, rounds: int, width: float
         stats["cost_width_reached"] = int(stop == WIDTH)
     per_round["draft"] = [x / k for x in per_round["draft"]]   # per drafted char
     if in_loop is not None:   # per round: the loop's mix of the two catch-ups, less the verify pass, per drafted char
-        after = zip(per_round.pop("verify, draft 1"), per_round.pop("verify, draft 2"), per_round["verify"])
+        two = per_round.pop("verify, draft 2")
+        after = zip(per_round.pop("verify, draft 1", two), two, per_round["verify"])   # a batch's: two only
         in_loop_round = [max(0.0, ((1 - in_loop) * one + in_loop * two - v) / k) for one, two, v in after]
     for name, (_, passes) in loops.items():                    # per pass
         per_round[name] = [x / passes for x in per_round.pop(f"{name} loop")]
@@ -195,7 +218,7 @@ def component_times(blocks: dict, k: int, loops: dict, rounds: int, width: float
 def measure_batch_cost(target, draft: Draft, prompts: list[list[int]], k: int, temperature: float, reps: int,
                        device: str, rounds: int = 7, width: float | None = None, level: float = 0.95,
                        max_rounds: int | None = None, max_seconds: float | None = None,
-                       keep_rounds: bool = False, loops=None) -> dict:
+                       keep_rounds: bool = False, loops=None, in_loop: bool = False) -> dict:
     """measure_cost for a batch of B sequences (src/engine/batch.py), as its loops run: a (B, 1)
     target pass (the baseline's step), a (B, k+1) verify pass at per-sequence positions (the
     speculative step's), and one k-char proposal for all B rows (`propose_batch`; its time / k is
@@ -203,13 +226,14 @@ def measure_batch_cost(target, draft: Draft, prompts: list[list[int]], k: int, t
     stays the cost of drafting one char per sequence in units of the batch's one-char pass).
     Same rounds and width test as measure_cost. loops: as measure_cost's, whole batch runs timed
     as components (analysis.predict times the batch's baseline loop and its free loop, replaying a
-    recorded batch run: src/engine/replay.py); a trial at B > 1 times none."""
+    recorded batch run: src/engine/replay.py); a trial at B > 1 times none.
+    in_loop: also time the proposal as the batch loop runs it, right after a verify pass, in a block
+    of reps // k calls ("verify, draft 2": a batch's draft of its own feeds every row its last two
+    chars at each proposal, ModelDraft.propose_batch, so its share of two-char catch-ups is 1):
+    `draft_char_us_in_loop`, per round that block less the verify pass, over k (measure_cost's)."""
     gen = torch.Generator(device=device).manual_seed(0)
-    P, B = len(prompts[0]), len(prompts)
-    positions = prefill_batch(target, prompts)
-    last = torch.tensor([p[-1:] for p in prompts], device=device)                    # (B, 1)
-    many = last.expand(B, k + 1).contiguous()                                         # (B, k+1); values do not matter
-    at = torch.full((B, 1), P - 1, device=device) + positions[:k + 1]                # (B, k+1) per-row positions
+    B = len(prompts)
+    one_char, verify = batch_target_passes(target, prompts, k, device)
     sources = [UniformBuffer(gen) for _ in range(B)]
     rows = list(range(B))
     draft.reset()
@@ -218,11 +242,11 @@ def measure_batch_cost(target, draft: Draft, prompts: list[list[int]], k: int, t
 
     def propose_k():
         draft.propose_batch(seqs, rows, k, temperature, sources)
-    blocks = {"target": (lambda: target(last, positions[P - 1:P]), reps),
-              "verify": (lambda: target(many, at), reps),
-              "draft": (propose_k, max(1, reps // k))}
+    blocks = {"target": (one_char, reps), "verify": (verify, reps), "draft": (propose_k, max(1, reps // k))}
+    if in_loop:
+        blocks["verify, draft 2"] = (lambda: (verify(), propose_k()), max(1, reps // k))
     return component_times(blocks, k, loops or {}, rounds, width, level, max_rounds, max_seconds, device,
-                           keep_rounds=keep_rounds)
+                           keep_rounds=keep_rounds, in_loop=1.0 if in_loop else None)
 
 
 @torch.no_grad()
@@ -276,18 +300,18 @@ def replay_draft_cost(draft: Draft, seq: torch.Tensor, n: int, step: float, draf
 def verify_pass(target, prompt: list[int], k: int, device: str):
     """A (k+1)-char verify pass after `prompt`, as measure_cost's verify block runs it (the target's
     cache prefilled with the prompt here): `replay_draft_costs`'s `before` for a chain."""
-    P = len(prompt)
-    positions = prefill(target, prompt)
-    many = torch.tensor([prompt[-1:] * (k + 1)], device=device)
+    return target_passes(target, prompt, prefill(target, prompt), k, device)[1]
 
-    @torch.no_grad()
-    def run():
-        target(many, positions[P - 1:P + k])
-    return run
+
+@torch.no_grad()
+def batch_verify_pass(target, prompts: list[list[int]], k: int, device: str):
+    """A (B, k+1) verify pass after B prompts, as measure_batch_cost's verify block runs it (the
+    target's cache prefilled with them here): `replay_draft_costs`'s `before` at a batch."""
+    return batch_target_passes(target, prompts, k, device)[1]
 
 
 def replay_draft_costs(draft: Draft, seq: torch.Tensor, n: int, step: float, draft_pass,
-                       rounds: int = 3, before=None) -> list[float]:
+                       rounds: int = 3, before=None, every: int = 1) -> list[float]:
     """Microseconds per drafted char (or node) of a draft that memoizes rows (table drafts), paid
     as the loop pays it: along each sampled sequence of seq (B, P + n) ids, memos dropped at its
     start (`draft.reset()`, as at the start of every run of a trial), one pass's drafting
@@ -295,18 +319,21 @@ def replay_draft_costs(draft: Draft, seq: torch.Tensor, n: int, step: float, dra
     each context's row is built the first time the text meets it. `measure_cost` times the same
     proposal over and over (warm rows) and misses that. One value per replay, `rounds` replays.
     before: run untimed before each draft pass (a chain's (k+1)-char verify pass: in the loop every
-    proposal follows one, whose weights and activations displace the rows from the caches)."""
+    proposal follows one, whose weights and activations displace the rows from the caches), before
+    the first draft pass and then every `every` draft passes (a batch's B proposals, one per row,
+    follow one (B, k+1) verify pass), counted across the sequences."""
     P = seq.shape[1] - n
     rows = seq.tolist()
     per_char = []
     for _ in range(max(1, rounds)):
-        seconds, drafted = 0.0, 0
+        seconds, drafted, count = 0.0, 0, 0
         for r in rows:
             draft.reset()
             j, L = 0, P
             while L < P + n:
-                if before is not None:
+                if before is not None and count % every == 0:
                     before()
+                count += 1
                 t0 = time.perf_counter()
                 drafted += draft_pass(r[:L])
                 seconds += time.perf_counter() - t0

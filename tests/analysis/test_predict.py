@@ -219,19 +219,25 @@ def test_measure_on_the_tiny_model(tiny):
                                        for k, c in m.costs.items()]).all()
 
 
+def in_loop_asked(monkeypatch, name: str) -> list:
+    """The `in_loop` argument of every call of src.engine.measure's `name` (it still runs)."""
+    import src.engine.measure as measure_mod
+    asked = []
+    real = getattr(measure_mod, name)
+
+    def recording(*args, **kwargs):
+        asked.append(kwargs.get("in_loop"))
+        return real(*args, **kwargs)
+    monkeypatch.setattr(measure_mod, name, recording)
+    return asked
+
+
 def test_a_model_drafts_td_is_its_proposal_timed_after_a_verify_pass_in_the_loops_shares(tiny, monkeypatch):
     """int8 (a ModelDraft) in a chain: measure_cost gets the share of full accepts S_k (the loop's
     passes catching up two chars), td is the in-loop proposal (the median of its rounds, drawn for
     the interval), the lone proposal's c is beside it; --fit-sweep's costs (without_loops) go back
     to the lone td and its rounds, on which the fitted gamma was fitted. bigram: timed alone only."""
-    import src.engine.measure as measure_mod
-    shares = []
-    real = measure_mod.measure_cost
-
-    def recording(*args, **kwargs):
-        shares.append(kwargs.get("in_loop"))
-        return real(*args, **kwargs)
-    monkeypatch.setattr(measure_mod, "measure_cost", recording)
+    shares = in_loop_asked(monkeypatch, "measure_cost")
     cfg, corpus, target = tiny
     dcfg = compose_cfg(cfg.data.path, cfg.data.cache_dir, "draft=int8")
     m = measure(dcfg, [2], None, seqs=2, every=16, seed=0, loaded=(corpus, target))
@@ -273,6 +279,27 @@ def test_at_a_batch_the_batchs_loops_give_the_overheads(tiny, draft):
                                              rel=1e-12)
 
 
+def test_at_a_batch_a_model_drafts_td_is_its_batch_proposal_after_a_verify_pass(tiny, monkeypatch):
+    """int8 at batch=2: measure_batch_cost times the proposal in the loop's order (in_loop), td is
+    that (its rounds drawn for the interval), the lone batch proposal kept beside it; bigram: alone."""
+    asked = in_loop_asked(monkeypatch, "measure_batch_cost")
+    cfg, corpus, target = tiny
+    m = measure(compose_cfg(cfg.data.path, cfg.data.cache_dir, "draft=int8", "batch=2", "n_chars=48"), [2], None,
+                seqs=2, every=16, seed=0, loaded=(corpus, target))
+    c, r = m.costs[2], m.costs[2]["spread"].rounds
+    assert asked == [True]
+    assert c["draft_char_us"] == pytest.approx(np.median(r["draft"]), rel=1e-12)
+    assert c["draft_char_us_alone"] == pytest.approx(np.median(r["draft alone"]), rel=1e-12) and r["draft"] != r["draft alone"]
+    row = prediction_table(m.survival, m.costs, Overheads()).iloc[0]
+    assert row["c alone"] == c["draft_char_us_alone"] / c["target_pass_us"]
+    assert row["predicted"] == pytest.approx(c["cpp"] * c["base_pass_us"] / (c["free_pass_us"] + 2 * c["draft_char_us"]),
+                                             rel=1e-12)
+    asked.clear()
+    b = measure(compose_cfg(cfg.data.path, cfg.data.cache_dir, "draft=bigram", "batch=2", "n_chars=48"), [2], None,
+                seqs=2, every=16, seed=0, loaded=(corpus, target))
+    assert asked == [False] and "draft_char_us_alone" not in b.costs[2]
+
+
 def test_a_table_drafts_cold_replay_follows_a_verify_pass_in_a_chain_not_in_a_tree(tiny, monkeypatch):
     import src.engine.measure as measure_mod
     befores = []
@@ -290,6 +317,26 @@ def test_a_table_drafts_cold_replay_follows_a_verify_pass_in_a_chain_not_in_a_tr
     measure(compose_cfg(cfg.data.path, cfg.data.cache_dir, "draft=ngram", "verify=tree", "verify.widths=[2,1]", "k=2"),
             [], [(2, 1)], seqs=2, every=16, seed=0, loaded=(corpus, target))
     assert befores == [None]
+    # at a batch of 2: a (2, k+1) verify pass before every 2 proposals
+    calls = []
+    real_target = target.model.forward
+
+    def note(idx, *args, **kwargs):
+        calls.append(tuple(idx.shape))
+        return real_target(idx, *args, **kwargs)
+
+    def batch_recording(*args, before=None, every=1, **kwargs):
+        befores.append((before, every))
+        calls.clear()
+        before()
+        assert calls == [(2, 3)]                       # the batch's verify pass at k = 2
+        return real(*args, before=before, every=every, **kwargs)
+    monkeypatch.setattr(measure_mod, "replay_draft_costs", batch_recording)
+    monkeypatch.setattr(target.model, "forward", note)
+    befores.clear()
+    measure(compose_cfg(cfg.data.path, cfg.data.cache_dir, "draft=ngram", "batch=2", "n_chars=48"), [2], None,
+            seqs=2, every=16, seed=0, loaded=(corpus, target))
+    assert len(befores) == 1 and befores[0][1] == 2
 
 
 def test_measure_a_tree_of_a_table_draft_on_the_tiny_model(tiny):

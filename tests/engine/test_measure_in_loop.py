@@ -4,12 +4,14 @@ on the tiny model which calls the blocks make, in which order; a table draft's c
 verify pass before each proposal. No wall-clock time is asserted."""
 from __future__ import annotations
 
+import statistics
+
 import pytest
 
 import torch
 
 from src.engine import measure as measure_mod
-from src.engine.measure import measure_cost, replay_draft_costs
+from src.engine.measure import measure_batch_cost, measure_cost, replay_draft_costs
 
 from tests.conftest import PROMPT
 
@@ -48,6 +50,11 @@ def test_the_in_loop_proposal_mixes_the_two_catch_ups_by_the_share_per_round_les
                                  "verify, draft 2": [1040e-6, 1000e-6, 1040e-6]})
     m = measure_mod.component_times(blocks, K, {}, 3, None, 0.95, None, None, "cpu", keep_rounds=True, in_loop=0.25)
     assert m["rounds_us"]["draft in loop"] == pytest.approx([10.0, 0.0, 10.0], rel=1e-9)
+    # a batch's block (measure_batch_cost): only the two-char catch-up, share 1: (p2 - v) / k per round
+    planted_rounds(monkeypatch, {"target": [500e-6] * 3, "verify": v, "draft": lone, "verify, draft 2": two})
+    batch = {name: (None, 1) for name in ("target", "verify", "draft", "verify, draft 2")}
+    m = measure_mod.component_times(batch, K, {}, 3, None, 0.95, None, None, "cpu", keep_rounds=True, in_loop=1.0)
+    assert m["rounds_us"]["draft in loop"] == pytest.approx([150.0, 150.0, 150.0], rel=1e-9)
     # without a share: no in-loop time
     planted_rounds(monkeypatch, {"target": [500e-6] * 3, "verify": v, "draft": lone})
     plain = measure_mod.component_times({n: (None, 1) for n in ("target", "verify", "draft")}, K, {}, 3, None, 0.95,
@@ -58,9 +65,9 @@ def test_the_in_loop_proposal_mixes_the_two_catch_ups_by_the_share_per_round_les
 class Log:
     """Forward hooks on the target and on the draft's model: (who, input width) per call, in order."""
 
-    def __init__(self, target, draft_model):
+    def __init__(self, target, draft_model, dim=1):
         self.calls: list[tuple[str, int]] = []
-        self.hooks = [m.register_forward_pre_hook(lambda mod, args, who=who: self.calls.append((who, args[0].shape[1])))
+        self.hooks = [m.register_forward_pre_hook(lambda mod, args, who=who: self.calls.append((who, args[0].shape[dim])))
                       for who, m in (("target", target), ("draft", draft_model))]
 
     def remove(self):
@@ -96,6 +103,35 @@ def test_on_the_tiny_model_the_loops_order_is_timed_a_verify_pass_then_a_proposa
     #                                                     never put the lone proposal's block after the verify block)
 
 
+def test_at_a_batch_the_in_loop_block_is_a_verify_pass_then_the_batchs_proposal(tiny, drafts):
+    """measure_batch_cost(in_loop=True), int8 at B = 3: each in-loop call is a (3, k+1) verify pass
+    followed at once by the batch proposal (every row catching up two chars, then k - 1 draws fed);
+    its time less the verify pass is the in-loop td, the lone batch proposal kept as draft_char_us."""
+    _, corpus, target = tiny
+    draft = drafts["int8"]
+    prompt = target.tokenizer.encode(PROMPT).tolist()
+    prompts = [prompt] * 3
+
+    def run(**options):
+        log, shape = Log(target.model, draft.model), Log(target.model, draft.model, dim=0)
+        try:
+            m = measure_batch_cost(target.model, draft, prompts, K, 1.0, K, "cpu", rounds=2, keep_rounds=True,
+                                   **options)
+        finally:
+            log.remove()
+            shape.remove()
+        assert all(rows == 3 for _, rows in shape.calls)      # every pass over the batch's 3 rows
+        return m, log.calls
+    m, calls = run(in_loop=True)
+    plain, plain_calls = run()
+    assert "draft_char_us_in_loop" not in plain and "draft in loop" not in plain["rounds_us"]
+    assert m["draft_char_us_in_loop"] == pytest.approx(statistics.median(m["rounds_us"]["draft in loop"]), rel=1e-12)
+    verify = ("target", K + 1)
+    after = [i for i, c in enumerate(calls) if c == verify and calls[i + 1:i + 1 + K] == [("draft", 2)] + [("draft", 1)] * (K - 1)]
+    plain_after = [i for i, c in enumerate(plain_calls) if c == verify and plain_calls[i + 1] == ("draft", 2)]
+    assert calls.count(verify) == plain_calls.count(verify) + 3 and len(after) == len(plain_after) + 3
+
+
 def test_in_loop_is_refused_for_a_tree_and_a_policys_lengths(tiny, drafts):
     _, _, target = tiny
     prompt = target.tokenizer.encode(PROMPT).tolist()
@@ -127,3 +163,8 @@ def test_a_cold_replay_with_before_runs_it_right_before_every_draft_pass_and_nev
     events.clear()
     replay_draft_costs(Stub(), seq, 8, 4.0, draft_pass, rounds=1)
     assert "verify" not in events
+    # a batch of B: one verify pass before every B proposals, counted across the sequences
+    events.clear()
+    replay_draft_costs(Stub(), seq, 8, 4.0, draft_pass, rounds=1, before=lambda: events.append("verify"), every=3)
+    assert events == ["reset", "verify", ("draft", 5), ("draft", 9), "reset", ("draft", 5), "verify", ("draft", 9),
+                      "reset"]
