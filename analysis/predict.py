@@ -90,7 +90,9 @@ predictions unless `--fit-sweep` names that sweep itself (its overheads would th
 cells they are judged on; `--fit-drafts` other drafts than those judged keeps them held out).
 `--hold-out` fits each cell's overheads on the `--fit-sweep` sweep's trials of the other drafts in
 the other regimes only (`held_out_overheads`): with `--fit-sweep` the validated sweep itself, no
-cell's prediction has seen its draft or its regime.
+cell's prediction has seen its draft or its regime. It also prints when the sweep's trials ran
+and how long after them the probes did (`probes_after`): the machine's drift in between is part of
+each error.
 
 Under an adaptive draft-length policy (`policy=`, k its cap; `measure_policy`) the chars per pass
 and the drafted-length distribution come from the loop's own counters under the policy, tv is the
@@ -845,6 +847,7 @@ def validate_sweep(args, overrides: list[str], o: Overheads) -> pd.DataFrame:
     cells = pd.DataFrame(rows)
     print(f"\nsweep {data.sweep.sweep_id} ({data.sweep.name}): predicted vs measured (pooled median), "
           f"loop overheads: {'; '.join(sorted(sources))}")
+    print(probes_after(fin["start_time"], pd.Timestamp.now(tz="UTC")))
     print(cells.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     print()
     print(ape_summary(cells, PAPER_DRAFTS).to_string(index=False, float_format=lambda v: f"{v:.1f}"))
@@ -856,6 +859,16 @@ def validate_sweep(args, overrides: list[str], o: Overheads) -> pd.DataFrame:
               "report's range: each B's seed-bootstrap interval for the best of its k)")
         print(table[[c for c in table.columns if not c.startswith("_")]].to_string(index=False))
     return cells
+
+
+def probes_after(starts: pd.Series, now: pd.Timestamp) -> str:
+    """How long after the sweep's trials these probes ran: a shared machine's speed drifts between
+    the two (a draft whose loop alternates two models' weights through the caches the most), and
+    that drift is part of the error printed."""
+    first, last = starts.min(), starts.max()
+    hours = (now - last).total_seconds() / 3600
+    return (f"the sweep's trials started from {first:%Y-%m-%d %H:%M} to {last:%Y-%m-%d %H:%M} UTC; these probes ran "
+            f"{hours:.1f} h after its last (the machine's drift in between is part of each error)")
 
 
 def break_even_beside(best: pd.DataFrame, cells: pd.DataFrame, pairs: pd.DataFrame, level: float) -> pd.DataFrame:

@@ -15,7 +15,7 @@ import torch
 from analysis import figures
 from analysis.formula import MAP_KS, Overheads, chars_per_pass, iid_chars_per_pass, pays_grid, speedup
 from analysis.pays import PaysInputs
-from analysis.predict import ape_summary, measure, prediction_table, without_loops
+from analysis.predict import ape_summary, measure, prediction_table, probes_after, without_loops
 from src.engine.acceptance import chain_survival, expected_accepted, loop_survival, sample_text, survival
 from src.engine.drafts.model_draft import ModelDraft
 from src.engine.sampling import uniforms
@@ -194,6 +194,12 @@ def test_pays_map_contour_at_one_lies_where_the_formula_says():
 
 
 # ---- measuring on the tiny model, and the CLI -----------------------------------------------------
+def test_validate_says_how_long_after_the_sweeps_last_trial_its_probes_ran():
+    starts = pd.Series(pd.to_datetime(["2026-12-04 22:00", "2026-12-04 22:30", "2026-12-04 21:10"], utc=True))
+    line = probes_after(starts, pd.Timestamp("2026-12-05 00:00", tz="UTC"))
+    assert "from 2026-12-04 21:10 to 2026-12-04 22:30 UTC" in line and "ran 1.5 h after its last" in line
+
+
 def test_measure_on_the_tiny_model(tiny):
     cfg, corpus, target = tiny
     dcfg = compose_cfg(cfg.data.path, cfg.data.cache_dir, "draft=bigram")
