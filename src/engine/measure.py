@@ -291,11 +291,6 @@ def tree_cost(target, draft: Draft, prompt: list[int], widths, temperature: floa
     return out
 
 
-def replay_draft_cost(draft: Draft, seq: torch.Tensor, n: int, step: float, draft_pass, rounds: int = 3) -> float:
-    """The median over `rounds` replays of `replay_draft_costs`."""
-    return statistics.median(replay_draft_costs(draft, seq, n, step, draft_pass, rounds))
-
-
 @torch.no_grad()
 def verify_pass(target, prompt: list[int], k: int, device: str):
     """A (k+1)-char verify pass after `prompt`, as measure_cost's verify block runs it (the target's
@@ -318,10 +313,10 @@ def replay_draft_costs(draft: Draft, seq: torch.Tensor, n: int, step: float, dra
     `draft_pass(prefix) -> chars drafted` at every `step` chars (the expected chars per pass), so
     each context's row is built the first time the text meets it. `measure_cost` times the same
     proposal over and over (warm rows) and misses that. One value per replay, `rounds` replays.
-    before: run untimed before each draft pass (a chain's (k+1)-char verify pass: in the loop every
-    proposal follows one, whose weights and activations displace the rows from the caches), before
-    the first draft pass and then every `every` draft passes (a batch's B proposals, one per row,
-    follow one (B, k+1) verify pass), counted across the sequences."""
+    before: run untimed before the first draft pass and then before every `every`-th, counted
+    across the sequences: every = 1 for a chain's (k+1)-char verify pass (in the loop every
+    proposal follows one, whose weights and activations displace the rows from the caches), B for
+    a batch's (B, k+1) one (the batch's B proposals, one per row, follow one verify pass)."""
     P = seq.shape[1] - n
     rows = seq.tolist()
     per_char = []
