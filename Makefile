@@ -62,7 +62,7 @@ bench-sweep: $(VENV)/.installed ## a sweep run three times (n_jobs=1, again at 1
 
 bench-predict: $(VENV)/.installed ## the prediction's held-out error: a named sweep (SWEEP=NAME, one trial at a time; ARGS=its overrides), then each of its cells predicted from probes alone beside it, the error per regime (PREDICT_ARGS="model=NAME" where the sweep's target needs it)
 	$(PY) -m src.run --config-dir sweeps --config-name $(SWEEP) hydra.launcher.n_jobs=1 $(ARGS)
-	$(PY) -m analysis.predict --validate $(PREDICT_ARGS)
+	$(PY) -m analysis.predict --validate --runs 3 $(PREDICT_ARGS)
 
 bench-noise: $(VENV)/.installed ## the sweep quiet, then under a CPU hog (n_jobs=1): cell agreement, pairs, model errors, fits, advice (ARGS="--seeds 0,1 --hog-cores 1")
 	$(PY) -m src.bench.noise --sweep $(SWEEP) $(ARGS)

@@ -67,8 +67,14 @@ cold-cost replays for its td; the central 95%. Fitted loop overheads are held at
 the cost model's own error is not in it (--validate measures that). On planted probes of 16 sequences and 15 rounds it covers the true speedup 93.8% of
 the time (tests/analysis/test_predict_interval.py): a little short of 95%, as a bootstrap of 16
 sequences and of a median over 15 rounds is. What changes from one run of the probes to the next
-(the machine's state, compiled graphs, memory layout) is not in it either: on the 2-core machine
-two runs of the same probes moved a prediction by up to 8% (docs/results.md).
+(the machine's state, compiled graphs, memory layout) is not in one run's interval: on the 2-core
+machine two runs of the same probes moved a prediction by up to 8%, and a compiled batch draft's c
+by 20% (docs/results.md). `--runs R` runs the probes R times, one run after another over every
+regime (or every validated cell), so each regime's runs are spread over the whole command; run r
+samples its sequences from seed + r seqs (`probe_seed`). Every value printed is then the median
+over the runs (`combine_runs`: one run caught in a slow or fast spell does not move the
+prediction), and the interval is that of the runs' replicates pooled, so the spread between runs
+is in it too. `make bench-predict` validates with 3 runs.
 
 Regimes: `engine=` and `batch=` take comma lists; each (engine, batch) regime is predicted in turn
 (a regime none of whose settings can run, such as transformers at B > 1, is left out with its reason before
@@ -91,8 +97,8 @@ cells they are judged on; `--fit-drafts` other drafts than those judged keeps th
 `--hold-out` fits each cell's overheads on the `--fit-sweep` sweep's trials of the other drafts in
 the other regimes only (`held_out_overheads`): with `--fit-sweep` the validated sweep itself, no
 cell's prediction has seen its draft or its regime. It also prints when the sweep's trials ran
-and how long after them the probes did (`probes_after`): the machine's drift in between is part of
-each error.
+and how long after them the probes began (`probes_after`): the machine's drift in between is part
+of each error.
 
 Under an adaptive draft-length policy (`policy=`, k its cap; `measure_policy`) the chars per pass
 and the drafted-length distribution come from the loop's own counters under the policy, tv is the
@@ -238,13 +244,49 @@ def best_over_settings(costs: dict, overheads: Overheads, level: float = INTERVA
     of bounds that hold for all settings at once (seed_bootstrap.best_of_interval over the settings'
     replicates), so the luck of picking the highest of several noisy predictions is in it: (setting,
     its k, predicted point, lo, hi). With one setting, its own interval. reps: as prediction_table's."""
-    from .seed_bootstrap import best_of_interval
     reps = reps if reps is not None else setting_replicates(costs, overheads)
-    table = prediction_table(np.zeros(0), costs, overheads, reps=reps)
+    return best_of_table(prediction_table(np.zeros(0), costs, overheads, reps=reps), reps, level)
+
+
+def best_of_table(table: pd.DataFrame, reps: dict, level: float = INTERVAL_LEVEL) -> dict:
+    """`best_over_settings` of a prediction table (its setting, k and predicted columns) and its
+    settings' replicates (label -> array, the same length for every setting)."""
+    from .seed_bootstrap import best_of_interval
     best = table.loc[table["predicted"].idxmax()]
     lo, hi = best_of_interval(table["predicted"].to_numpy(), np.stack([reps[label] for label in table["setting"]]),
                               level)
     return {"setting": best["setting"], "k": int(best["k"]), "predicted": float(best["predicted"]), "lo": lo, "hi": hi}
+
+
+def probe_seed(seed: int, seqs: int, run: int) -> int:
+    """The first seed of probe run `run` (0-based): run r samples its sequences from seeds seed + r
+    seqs on, so the runs' sequences are disjoint."""
+    return seed + run * seqs
+
+
+def combine_runs(runs: list[tuple[pd.DataFrame, dict]], level: float = INTERVAL_LEVEL) -> tuple[pd.DataFrame, dict]:
+    """One prediction from R independent probe runs of the same settings (each a prediction table
+    with its replicates; run r on its own sequences, `probe_seed`, and its own timing rounds, at
+    another moment of the machine): every numeric column per setting is the median over the runs
+    (the predicted speedup: the median of the runs' predictions, so one run caught in a slow or
+    fast spell does not move it), and lo-hi is the central `level` interval of the runs' replicates
+    pooled (R x INTERVAL_REPS per setting): each run's own spread and the spread between the runs
+    (the machine's speed moving from one to the next). One run: its table and replicates unchanged."""
+    if len(runs) == 1:
+        return runs[0]
+    tables = [t for t, _ in runs]
+    labels = list(tables[0]["setting"])
+    if any(list(t["setting"]) != labels for t in tables):
+        raise ValueError("the runs' tables must list the same settings in the same order")
+    table = tables[0].copy()
+    for col in table.columns:
+        if col not in ("setting", "k", "lo", "hi") and pd.api.types.is_numeric_dtype(table[col]):
+            table[col] = np.median(np.stack([t[col].to_numpy(dtype=float) for t in tables]), axis=0)
+    pooled = {label: np.concatenate([reps[label] for _, reps in runs]) for label in runs[0][1]}
+    if "lo" in table:
+        bounds = [interval(pooled[label], level) for label in labels]
+        table["lo"], table["hi"] = [b[0] for b in bounds], [b[1] for b in bounds]
+    return table, pooled
 
 
 def break_even_table(best: pd.DataFrame) -> pd.DataFrame:
@@ -746,11 +788,51 @@ def held_out_overheads(finished: pd.DataFrame, sweep_id: str, draft: str, engine
 
 
 # ---- the two commands -------------------------------------------------------------------------
+def probe_run(args, cfg, ks: list[int], shapes, loaded, o: Overheads, run: int) -> tuple[Measured, Overheads]:
+    """Probe run `run` of one regime or cell (`measure` from `probe_seed`; after the first its
+    stdout, the settings left out, is not printed again) and the loop overheads its prediction
+    uses: the settings' own measured loops, engine=transformers' measured ones, or with --fit-sweep
+    the fitted `o` (the measured loops then dropped, `without_loops`)."""
+    import contextlib
+    import io
+    with contextlib.redirect_stdout(io.StringIO()) if run else contextlib.nullcontext():
+        m = measure(cfg, ks, shapes, args.seqs, args.every, probe_seed(args.seed, args.seqs, run), loaded,
+                    args.rounds)
+    used = m.overheads if m.overheads is not None and not args.fit_sweep else o
+    if args.fit_sweep:   # the fitted overheads in place of the settings' measured loops
+        m.costs = without_loops(m.costs)
+    return m, used
+
+
+def run_table(m: Measured, used: Overheads, a: float | None = None) -> tuple[pd.DataFrame, dict]:
+    """One probe run's prediction table and its settings' replicates (drawn once: the table's
+    intervals and the best's)."""
+    reps = setting_replicates(m.costs, used)
+    return prediction_table(m.survival, m.costs, used, a, reps=reps), reps
+
+
+def runs_summary(runs: list[tuple[Measured, Overheads]]) -> tuple[Measured, Overheads]:
+    """What print_prediction says of R probe runs: the mean overlap a and survival over the runs
+    (each run as many sequences), the seconds summed, and the overheads' medians (measured per run
+    on engine=transformers; fitted or none: the same in every run). One run: itself."""
+    if len(runs) == 1:
+        return runs[0]
+    ms, os_ = [m for m, _ in runs], [o for _, o in runs]
+    m = replace(ms[0], a=float(np.mean([x.a for x in ms])), seconds=float(sum(x.seconds for x in ms)),
+                survival=np.mean([x.survival for x in ms], axis=0) if len(ms[0].survival) else ms[0].survival)
+    o = replace(os_[0], o_base=float(np.median([x.o_base for x in os_])),
+                o_pass=float(np.median([x.o_pass for x in os_])), gamma=float(np.median([x.gamma for x in os_])))
+    return m, o
+
+
 def print_prediction(name: str, m: Measured, table: pd.DataFrame, o: Overheads, temperature, engine="eager",
-                     batch: int = 1) -> None:
+                     batch: int = 1, runs: int = 1) -> None:
     print(f"draft {name}  target {m.target_key}  temperature {temperature}  engine {engine}"
           + (f"  batch {batch} (chars per pass: a sequence's chars over the batch's passes)" if batch > 1 else "")
-          + f"  (measured in {m.seconds:.1f} s)")
+          + f"  (measured in {m.seconds:.1f} s" + (f", {runs} probe runs)" if runs > 1 else ")"))
+    if runs > 1:
+        print(f"{runs} independent probe runs (their own sequences and timing rounds, one after another over "
+              "every regime): each value the median over the runs, a and P(...) their mean")
     if m.a == m.a:   # not NaN
         print(f"overlap at the first drafted position a = {m.a:.3f}")
     if len(m.survival):
@@ -764,8 +846,10 @@ def print_prediction(name: str, m: Measured, table: pd.DataFrame, o: Overheads, 
     print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     if "lo" in table:
         print(f"lo-hi: the central {INTERVAL_LEVEL:.0%} of {INTERVAL_REPS} bootstrap replicates of the probes "
-              "(sequences, timing rounds with the loops timed in them, a table draft's replays); fitted loop "
-              "overheads and the cost model's own error are not in it (--validate measures that)")
+              "(sequences, timing rounds with the loops timed in them, a table draft's replays)"
+              + (f", {INTERVAL_REPS} per run pooled over the {runs} runs (the spread between runs in it too)"
+                 if runs > 1 else "; the spread between runs is not in it (--runs)")
+              + "; fitted loop overheads and the cost model's own error are not in it (--validate measures that)")
     print(recommendation(table))
 
 
@@ -804,6 +888,7 @@ def validate_sweep(args, overrides: list[str], o: Overheads) -> pd.DataFrame:
     if args.hold_out:   # each cell's overheads from the fit sweep's other drafts in other regimes
         fit = load_sweep(connect(args.uri), args.experiment, args.fit_sweep)
         fit_trials, fit_id = fit.finished, fit.sweep.sweep_id
+    plan = []   # per cell: its label, trials, draft, regime, config, k, tree shapes, held-out overheads
     for label in sorted(fin["draft"].unique()):
         g = fin[fin["draft"] == label]
         cell = g.iloc[0]                           # the cell's columns (load.CELL_PARTS)
@@ -818,22 +903,26 @@ def validate_sweep(args, overrides: list[str], o: Overheads) -> pd.DataFrame:
             raise SpecsweepError(f"the sweep's target is {g['target_key'].iloc[0]}, the composed config's "
                                  f"{loaded[1].key}: pass the sweep's model/data/train overrides")
         ks = sorted(int(k) for k in g["k"].unique())
-        m = measure(cfg, ks, tree_shapes(cfg, extra) if shape else None, args.seqs, args.every, args.seed, loaded,
-                    args.rounds)
-        used = o if args.fit_sweep or m.overheads is None else m.overheads
-        if args.fit_sweep:   # the fitted overheads in place of the settings' measured loops
-            m.costs = without_loops(m.costs)
-        if args.hold_out:
-            used = held_out_overheads(fit_trials, fit_id, draft, cell["engine"], int(cell["batch"]))
+        held = (held_out_overheads(fit_trials, fit_id, draft, cell["engine"], int(cell["batch"])) if args.hold_out
+                else None)   # fitted once per cell, used by each of its runs
+        plan.append((label, g, cell, draft, cfg, ks, tree_shapes(cfg, extra) if shape else None, held))
+    runs, began = args.runs, pd.Timestamp.now(tz="UTC")
+    done: list[list] = [[] for _ in plan]   # per cell: (Measured, overheads used) per probe run
+    for r in range(runs):   # run by run over every cell: a cell's runs spread over the whole validation
+        for i, (label, g, cell, draft, cfg, ks, shapes, held) in enumerate(plan):
+            m, used = probe_run(args, cfg, ks, shapes, loaded, o, r)
+            done[i].append((m, used if held is None else held))
+            print(f"  {label}: measured in {m.seconds:.1f} s" + (f" (probe run {r + 1}/{runs})" if runs > 1 else ""),
+                  flush=True)
+    for (label, g, cell, draft, cfg, ks, shapes, _), runs_ in zip(plan, done):
+        m, used = runs_summary(runs_)
         if any("overheads" in setting for setting in m.costs.values()):
             sources.add("the cells' own loops " + MEASURED_LOOPS)
         else:
-            sources.add(o.source if used is o else f"{used.source} for {label}")
-        reps = setting_replicates(m.costs, used)   # drawn once: the table's intervals and the best's
-        table = prediction_table(m.survival, m.costs, used, reps=reps)
+            sources.add(o.source if used == o else f"{used.source} for {label}")
+        table, reps = combine_runs([run_table(m_, used_) for m_, used_ in runs_])
         free = cell_labels(g.iloc[:1], leave_out=("engine", "batch")).iloc[0]   # the cell less its regime
-        best.append({"draft": free, "engine": cell["engine"], "batch": int(cell["batch"]),
-                     **best_over_settings(m.costs, used, reps=reps)})
+        best.append({"draft": free, "engine": cell["engine"], "batch": int(cell["batch"]), **best_of_table(table, reps)})
         cpp = g.groupby("k")["chars_per_pass"].median()
         for r in table.itertuples():
             meas = measured.loc[(label, r.k)] if (label, r.k) in measured.index else None
@@ -843,11 +932,11 @@ def validate_sweep(args, overrides: list[str], o: Overheads) -> pd.DataFrame:
                          "k": r.k, "cpp": r.cpp, "cpp measured": cpp.get(r.k, np.nan), "c": r.c,
                          "predicted": r.predicted, "pred lo": r.lo, "pred hi": r.hi, "measured": m_med,
                          "meas lo": m_lo, "meas hi": m_hi, "ape %": abs(r.predicted - m_med) / m_med * 100})
-        print(f"  {label}: measured in {m.seconds:.1f} s", flush=True)
     cells = pd.DataFrame(rows)
     print(f"\nsweep {data.sweep.sweep_id} ({data.sweep.name}): predicted vs measured (pooled median), "
           f"loop overheads: {'; '.join(sorted(sources))}")
-    print(probes_after(fin["start_time"], pd.Timestamp.now(tz="UTC")))
+    print(probes_after(fin["start_time"], began) + (f" ({runs} probe runs, each value the median over them)"
+                                                    if runs > 1 else ""))
     print(cells.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     print()
     print(ape_summary(cells, PAPER_DRAFTS).to_string(index=False, float_format=lambda v: f"{v:.1f}"))
@@ -862,12 +951,12 @@ def validate_sweep(args, overrides: list[str], o: Overheads) -> pd.DataFrame:
 
 
 def probes_after(starts: pd.Series, now: pd.Timestamp) -> str:
-    """How long after the sweep's trials these probes ran: a shared machine's speed drifts between
-    the two (a draft whose loop alternates two models' weights through the caches the most), and
-    that drift is part of the error printed."""
+    """How long after the sweep's trials these probes began (`now`: their start): a shared
+    machine's speed drifts between the two (a draft whose loop alternates two models' weights
+    through the caches the most), and that drift is part of the error printed."""
     first, last = starts.min(), starts.max()
     hours = (now - last).total_seconds() / 3600
-    return (f"the sweep's trials started from {first:%Y-%m-%d %H:%M} to {last:%Y-%m-%d %H:%M} UTC; these probes ran "
+    return (f"the sweep's trials started from {first:%Y-%m-%d %H:%M} to {last:%Y-%m-%d %H:%M} UTC; these probes began "
             f"{hours:.1f} h after its last (the machine's drift in between is part of each error)")
 
 
@@ -942,11 +1031,15 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--rounds", type=int, default=15, help="interleaved rounds of the component times "
                    "(a trial's: 7; more rounds, a steadier median on a busy machine; default: %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="seed of the sampled text and drafts (default: %(default)s)")
+    p.add_argument("--runs", type=int, default=1,
+                   help="independent probe runs, one after another over every regime or cell (run r samples from "
+                        "seed + r * seqs): each value the median over the runs, the interval their replicates pooled, "
+                        "so the machine's drift between runs is in it (make bench-predict: 3; default: %(default)s)")
     flags, overrides = split_args(argv)
     args = p.parse_args(flags)
     from src.engine.errors import SpecsweepError
-    if min(args.seqs, args.every, args.rounds) < 1:
-        raise SpecsweepError("--seqs, --every and --rounds must be >= 1")
+    if min(args.seqs, args.every, args.rounds, args.runs) < 1:
+        raise SpecsweepError("--seqs, --every, --rounds and --runs must be >= 1")
     return args, overrides
 
 
@@ -982,19 +1075,22 @@ def predict_regimes(args, overrides: list[str], ks: list[int], engines: list[str
     if not plan:
         raise SpecsweepError("no regime left to predict: " + "; ".join(refused))
     loaded = loaded or load_target(plan[0][2].target, progress=False)
-    best = []
-    for i, (cfg, shapes, _) in enumerate(plan):
-        if i:
-            print()
-        m = measure(cfg, ks, shapes, args.seqs, args.every, args.seed, loaded, args.rounds)
-        used = m.overheads if m.overheads is not None and not args.fit_sweep else o
-        if args.fit_sweep:   # the fitted overheads in place of the settings' measured loops
-            m.costs = without_loops(m.costs)
-        reps = setting_replicates(m.costs, used)   # drawn once: the table's intervals and the best's
-        print_prediction(cfg.draft.name, m, prediction_table(m.survival, m.costs, used, None if shapes else m.a,
-                                                             reps=reps),
-                         used, cfg.temperature, cfg.engine.name, cfg.batch)
-        best.append({"engine": cfg.engine.name, "batch": int(cfg.batch), **best_over_settings(m.costs, used, reps=reps)})
+    best, runs = [], args.runs
+    done: list[list] = [[] for _ in plan]   # per regime: (Measured, overheads used) per probe run
+    for r in range(runs):   # run by run over every regime: a regime's runs spread over the whole command
+        for i, (cfg, shapes, _) in enumerate(plan):
+            m, used = probe_run(args, cfg, ks, shapes, loaded, o, r)
+            done[i].append((m, used))
+            if r < runs - 1:
+                print(f"probe run {r + 1}/{runs}: engine {cfg.engine.name} batch {cfg.batch} measured in "
+                      f"{m.seconds:.1f} s", flush=True)
+                continue
+            if i:
+                print()
+            table, reps = combine_runs([run_table(m, used, None if shapes else m.a) for m, used in done[i]])
+            m, used = runs_summary(done[i])
+            print_prediction(cfg.draft.name, m, table, used, cfg.temperature, cfg.engine.name, cfg.batch, runs)
+            best.append({"engine": cfg.engine.name, "batch": int(cfg.batch), **best_of_table(table, reps)})
     best = pd.DataFrame(best)
     if len(best) > 1:
         shown = best.assign(setting=best["setting"].map(setting_label)).drop(columns="k")

@@ -197,7 +197,7 @@ def test_pays_map_contour_at_one_lies_where_the_formula_says():
 def test_validate_says_how_long_after_the_sweeps_last_trial_its_probes_ran():
     starts = pd.Series(pd.to_datetime(["2026-12-04 22:00", "2026-12-04 22:30", "2026-12-04 21:10"], utc=True))
     line = probes_after(starts, pd.Timestamp("2026-12-05 00:00", tz="UTC"))
-    assert "from 2026-12-04 21:10 to 2026-12-04 22:30 UTC" in line and "ran 1.5 h after its last" in line
+    assert "from 2026-12-04 21:10 to 2026-12-04 22:30 UTC" in line and "began 1.5 h after its last" in line
 
 
 def test_measure_on_the_tiny_model(tiny):
@@ -389,7 +389,7 @@ def test_predict_regimes_on_the_tiny_model(tiny, capsys):
     cfg, corpus, target = tiny
     overrides = ["model=tiny", "train=quick", f"data.path={cfg.data.path}", f"data.cache_dir={cfg.data.cache_dir}",
                  f"prompt='{PROMPT}'", "n_chars=64", "timing.cost_reps=2", "timing.cost_width=null", "draft=int8"]
-    args = argparse.Namespace(seqs=2, every=16, seed=0, rounds=3, fit_sweep=None)
+    args = argparse.Namespace(seqs=2, every=16, seed=0, rounds=3, fit_sweep=None, runs=1)
     best = predict_regimes(args, overrides, [1, 2], ["eager", "onnx", "transformers"], [1, 2], Overheads(),
                            (corpus, target))
     out = capsys.readouterr().out
@@ -434,7 +434,7 @@ def test_validate_predicts_every_cell_of_a_finished_sweep_with_both_intervals(sm
     uri, _ = smoke_stores[1]
     store = Path(uri.removeprefix("sqlite:///")).parent
     args = argparse.Namespace(uri=uri, experiment=DEFAULT_EXPERIMENT, sweep_id=None, seqs=2, every=16, seed=0,
-                              rounds=3, fit_sweep=None, hold_out=False)
+                              rounds=3, fit_sweep=None, hold_out=False, runs=1)
     overrides = ["data=synthetic", "model=tiny", "train=quick", f"data.cache_dir={store.parent}/cache",
                  "prompt='The cat '", "timing.cost_reps=2"]
     cells = validate_sweep(args, overrides, Overheads())
@@ -448,3 +448,59 @@ def test_validate_predicts_every_cell_of_a_finished_sweep_with_both_intervals(sm
     assert errors[["engine", "batch", "cells"]].values.tolist() == [["eager", 1, 6]]
     assert errors["max APE %"].iloc[0] == pytest.approx(cells["ape %"].max())
     assert "per regime (narrow: cells whose measured interval is under 10% of their median wide)" in capsys.readouterr().out
+
+
+# ---- several probe runs: their order and seeds ---------------------------------------------------
+def planted_measure(calls: list, seqs: int):
+    """A stand-in for analysis.predict.measure that notes (draft, engine, batch, seed) of each call
+    and returns planted costs per k: cpp 3, t1 100 us, tv 120 us, td by run (seed // seqs: 5, 40,
+    10 us), no spread of their own."""
+    from analysis.predict import Measured
+    from tests.analysis.test_predict_interval import flat
+
+    def fake(cfg, ks, shapes, seqs_, every, seed, loaded=None, rounds=15):
+        calls.append((cfg.draft.name, cfg.engine.name, int(cfg.batch), seed))
+        td = (5.0, 40.0, 10.0)[seed // seqs]
+        return Measured("key", 0.5, np.zeros(0), {k: flat(3.0, 100.0, 120.0, td, k) for k in ks}, 1.0)
+    return fake
+
+
+def test_probe_runs_go_run_by_run_over_every_regime_on_disjoint_seeds(monkeypatch, capsys):
+    """--runs 3 over two regimes: every regime's first run, then every regime's second, ... (a
+    regime's runs spread over the command, not back to back), run r from seed + r * seqs; each
+    regime predicted at the median of its runs (the middle td, 10 us: a mean would be pulled by
+    the slow 40 us run), its interval holding the runs' spread."""
+    import argparse
+    import analysis.predict as predict_mod
+    calls = []
+    monkeypatch.setattr(predict_mod, "measure", planted_measure(calls, 16))
+    args = argparse.Namespace(seqs=16, every=8, seed=0, rounds=3, fit_sweep=None, runs=3)
+    best = predict_mod.predict_regimes(args, ["draft=bigram"], [2], ["eager"], [1, 2], Overheads(), (None, None))
+    assert calls == [("bigram", "eager", b, seed) for seed in (0, 16, 32) for b in (1, 2)]
+    assert best["predicted"].tolist() == pytest.approx([300 / 140] * 2, rel=1e-12)
+    assert (best["lo"] <= 300 / 200).all() and (best["hi"] >= 300 / 130).all()
+    out = capsys.readouterr().out
+    assert out.count("recommended: ") == 2 and out.count("3 independent probe runs") == 2
+    assert "probe run 1/3: engine eager batch 1 measured in 1.0 s" in out
+
+
+@pytest.mark.slow
+def test_validate_probe_runs_go_run_by_run_over_every_cell(smoke_stores, monkeypatch):
+    """--validate --runs 3 on the smoke sweep: every cell's first run, then every cell's second, ...,
+    run r from seed + r * seqs; each cell predicted at the median of its runs."""
+    import argparse
+    from pathlib import Path
+    import analysis.predict as predict_mod
+    from analysis.load import DEFAULT_EXPERIMENT
+    uri, _ = smoke_stores[1]
+    store = Path(uri.removeprefix("sqlite:///")).parent
+    calls = []
+    monkeypatch.setattr(predict_mod, "measure", planted_measure(calls, 2))
+    args = argparse.Namespace(uri=uri, experiment=DEFAULT_EXPERIMENT, sweep_id=None, seqs=2, every=16, seed=0,
+                              rounds=3, fit_sweep=None, hold_out=False, runs=3)
+    overrides = ["data=synthetic", "model=tiny", "train=quick", f"data.cache_dir={store.parent}/cache",
+                 "prompt='The cat '", "timing.cost_reps=2"]
+    cells = predict_mod.validate_sweep(args, overrides, Overheads())
+    assert calls == [(d, "eager", 1, seed) for seed in (0, 2, 4) for d in ("bigram", "int4", "int8")]
+    np.testing.assert_allclose(cells["predicted"], 3 * 100 / (120 + cells["k"] * 10.0), rtol=1e-12)
+    assert (cells["pred lo"] <= 3 * 100 / (120 + cells["k"] * 40.0) + 1e-12).all()

@@ -289,3 +289,48 @@ def test_a_table_with_and_without_measured_loops_says_where_each_came_from(capsy
     print_prediction("d", Measured("key", 0.5, np.zeros(0), {}, 0.0), table, passed, 1.0)
     out = capsys.readouterr().out
     assert f"loop overheads: {MEASURED_LOOPS}; the settings without them: {passed.source}" in out
+
+
+# ---- several probe runs ---------------------------------------------------------------------------
+def run_tables(tds: list[float], jitter: float = 0.0) -> list[tuple[pd.DataFrame, dict]]:
+    """One probe run per td (k = 2 and 4 each, cpp 3, t1 100 us, tv 120 us): its table and replicates."""
+    from analysis.predict import run_table
+    from analysis.predict import Measured
+    out = []
+    for td in tds:
+        m = Measured("key", 0.5, np.zeros(0), {2: flat(3.0, 100.0, 120.0, td, 2, jitter),
+                                               4: flat(3.5, 100.0, 130.0, td, 4, jitter)}, 0.0)
+        out.append(run_table(m, Overheads()))
+    return out
+
+
+def test_several_probe_runs_give_the_median_of_their_predictions_and_an_interval_holding_their_spread():
+    """Three runs whose probes have no spread of their own (td 5, 10, 40 us: one run in a slow
+    spell): each setting's prediction is the middle run's, exactly (a mean would be pulled toward
+    the slow run), and the interval spans the runs' predictions, the spread between runs (only the
+    first run's replicates would give a zero-width interval at its own point). One run: unchanged."""
+    from analysis.predict import best_of_table, combine_runs
+    runs = run_tables([5.0, 40.0, 10.0])
+    table, reps = combine_runs(runs)
+    for k, cpp, tv in ((2, 3.0, 120.0), (4, 3.5, 130.0)):
+        row = table[table["k"] == k].iloc[0]
+        assert row["predicted"] == pytest.approx(cpp * 100 / (tv + k * 10.0), rel=1e-12)
+        assert row["c"] == pytest.approx(0.1, rel=1e-12)
+        slow, fast = cpp * 100 / (tv + k * 40.0), cpp * 100 / (tv + k * 5.0)
+        assert (row["lo"], row["hi"]) == pytest.approx((slow, fast), rel=1e-12)
+        assert len(reps[k]) == 3 * len(runs[0][1][k])
+    assert combine_runs(runs[:1])[0].equals(runs[0][0])
+    best = best_of_table(table, reps)
+    assert best["k"] == 2 and best["predicted"] == pytest.approx(300 / 140, rel=1e-12)
+    assert best["lo"] <= 300 / 200 and best["hi"] >= 300 / 130   # at least the runs' spread
+
+
+def test_runs_with_their_own_spread_pool_it_with_the_spread_between_them():
+    """Runs with spread of their own and equal points: the pooled interval is their common one (the
+    runs agree, nothing added); runs apart: it is wider than any run's own."""
+    from analysis.predict import combine_runs
+    same = combine_runs(run_tables([10.0, 10.0, 10.0], jitter=0.3))[0]
+    alone = run_tables([10.0], jitter=0.3)[0][0]
+    assert same[["lo", "hi"]].to_numpy() == pytest.approx(alone[["lo", "hi"]].to_numpy(), rel=0.01)
+    apart = combine_runs(run_tables([8.0, 10.0, 13.0], jitter=0.3))[0]
+    assert ((apart["hi"] - apart["lo"]) > 1.3 * (alone["hi"] - alone["lo"])).all()
