@@ -60,9 +60,8 @@ bench: $(VENV)/.installed ## print the benchmark tables (loop overhead, int8 ker
 bench-sweep: $(VENV)/.installed ## a sweep run three times (n_jobs=1, again at 1, at 2): timing agreement, harness overhead, wall ratio (ARGS=--n1-only: one run, the overhead alone)
 	$(PY) -m src.bench.harness --sweep $(SWEEP) $(ARGS)
 
-bench-predict: $(VENV)/.installed ## the prediction's held-out error: a named sweep (SWEEP=NAME, one trial at a time; ARGS=its overrides), then each of its cells predicted from probes alone beside it, the error per regime (PREDICT_ARGS="model=NAME" where the sweep's target needs it)
-	$(PY) -m src.run --config-dir sweeps --config-name $(SWEEP) hydra.launcher.n_jobs=1 $(ARGS)
-	$(PY) -m analysis.predict --validate --runs 3 $(PREDICT_ARGS)
+bench-predict: $(VENV)/.installed ## the prediction's held-out error: a named sweep (SWEEP=NAME; ARGS=its overrides, --seeds, --probe-runs) one round of seeds at a time, each round followed by a probe run of every cell, then each cell predicted beside measured, the error per regime (PREDICT_ARGS=analysis.predict's arguments)
+	$(PY) -m src.bench.predict --sweep $(SWEEP) $(ARGS) -- $(PREDICT_ARGS)
 
 bench-noise: $(VENV)/.installed ## the sweep quiet, then under a CPU hog (n_jobs=1): cell agreement, pairs, model errors, fits, advice (ARGS="--seeds 0,1 --hog-cores 1")
 	$(PY) -m src.bench.noise --sweep $(SWEEP) $(ARGS)

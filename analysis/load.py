@@ -244,3 +244,19 @@ def load_sweep(client: MlflowClient, experiment: str, sweep_id: str | None = Non
             log.warning("sweep %s mixes %s values %s; cells aggregate across them (flagged in the report)",
                         sweep.sweep_id, name, list(values))
     return SweepData(sweep, trials, unplaced, pair_ratios(client, finished_trials(trials)))
+
+
+def load_sweeps(client: MlflowClient, experiment: str, sweep_ids: list[str]) -> SweepData:
+    """Several sweeps read as one (the seed rounds of one sweep, each run as a sweep of its own by
+    src.bench.predict): their trials and unplaced runs concatenated, `sweep` the first's. A trial
+    (draft, k, seed) finished in two of them counts once, its newest run (`finished_trials`), and
+    the pairs are that run's only. A sweep id given twice is refused."""
+    if len(set(sweep_ids)) != len(sweep_ids):
+        raise SpecsweepError(f"a sweep id is given twice: {', '.join(sweep_ids)}")
+    parts = [load_sweep(client, experiment, i) for i in sweep_ids]
+    if len(parts) == 1:
+        return parts[0]
+    trials, unplaced, pairs = (pd.concat([getattr(p, f) for p in parts], ignore_index=True)
+                               for f in ("trials", "unplaced", "pairs"))
+    kept = set(finished_trials(trials)["run_id"])
+    return SweepData(parts[0].sweep, trials, unplaced, pairs[pairs["run_id"].isin(kept)].reset_index(drop=True))

@@ -74,7 +74,7 @@ regime (or every validated cell), so each regime's runs are spread over the whol
 samples its sequences from seed + r seqs (`probe_seed`). Every value printed is then the median
 over the runs (`combine_runs`: one run caught in a slow or fast spell does not move the
 prediction), and the interval is that of the runs' replicates pooled, so the spread between runs
-is in it too. `make bench-predict` validates with 3 runs.
+is in it too. `make bench-predict` runs one probe run after each round of the sweep's seeds.
 
 Regimes: `engine=` and `batch=` take comma lists; each (engine, batch) regime is predicted in turn
 (a regime none of whose settings can run, such as transformers at B > 1, is left out with its reason before
@@ -98,7 +98,11 @@ cells they are judged on; `--fit-drafts` other drafts than those judged keeps th
 the other regimes only (`held_out_overheads`): with `--fit-sweep` the validated sweep itself, no
 cell's prediction has seen its draft or its regime. It also prints when the sweep's trials ran
 and how long after them the probes began (`probes_after`): the machine's drift in between is part
-of each error.
+of each error. `--sweep-id A,B,C` validates several sweeps read as one (`load.load_sweeps`: the
+seed rounds of one sweep). `make bench-predict` (src.bench.predict) runs the sweep one seed round
+at a time with a probe run of every cell after each (`validate_sweep`'s `between`), so the probes
+and the trials they are judged against sample the machine in the same stretch of time
+(`rounds_timing` prints when each round ran).
 
 Under an adaptive draft-length policy (`policy=`, k its cap; `measure_policy`) the chars per pass
 and the drafted-length distribution come from the loop's own counters under the policy, tv is the
@@ -867,19 +871,25 @@ def recommendation(table: pd.DataFrame) -> str:
     return text + ("" if best["lo"] > 1 else ": its interval reaches 1x, the probes cannot tell it from no gain")
 
 
-def validate_sweep(args, overrides: list[str], o: Overheads) -> pd.DataFrame:
-    """Per cell of the sweep: predicted and measured speedup and APE; prints the summary."""
+def validate_sweep(args, overrides: list[str], o: Overheads, between=None) -> pd.DataFrame:
+    """Per cell of the sweep (`--sweep-id`: one id, or a comma list read as one sweep, `load_sweeps`):
+    predicted and measured speedup and APE; prints the summary. between: None, or a function of the
+    probe run r (1 to runs - 1) called just before it, which runs the sweep's next round of trials
+    and returns its sweep id (src.bench.predict: seed rounds and probe runs take turns); the
+    measurements are then those of every round, read once the last probe run is done."""
     from src.engine.errors import SpecsweepError
     from src.trial.load import load_target
     from src.trial.spec import trial_spec
     from .aggregate import configured_level, pooled_speedup
     from .cost_models import PAPER_DRAFTS
-    from .load import cell_labels, connect, load_sweep
-    data = load_sweep(connect(args.uri), args.experiment, args.sweep_id)
+    from .load import cell_labels, connect, load_sweep, load_sweeps
+    ids = [i for i in (args.sweep_id or "").split(",") if i]
+    data = load_sweeps(connect(args.uri), args.experiment, ids) if ids else load_sweep(connect(args.uri),
+                                                                                         args.experiment)
+    ids = ids or [data.sweep.sweep_id]
     fin = data.finished
     if fin.empty:
-        raise SpecsweepError(f"sweep {data.sweep.sweep_id!r} has no finished trial")
-    measured = pooled_speedup(data.pairs, configured_level(fin)).set_index(["draft", "k"])
+        raise SpecsweepError(f"sweep {', '.join(ids)} has no finished trial")
     common = [f"temperature={fin['temperature'].iloc[0]}", f"n_chars={int(fin['n_chars'].iloc[0])}"]
     if "batch_prompts" in fin and fin["batch_prompts"].nunique() == 1:   # a batch's prompts as its trials had them
         common.append(f"batch_prompts={fin['batch_prompts'].iloc[0]}")
@@ -906,15 +916,26 @@ def validate_sweep(args, overrides: list[str], o: Overheads) -> pd.DataFrame:
         held = (held_out_overheads(fit_trials, fit_id, draft, cell["engine"], int(cell["batch"])) if args.hold_out
                 else None)   # fitted once per cell, used by each of its runs
         plan.append((label, g, cell, draft, cfg, ks, tree_shapes(cfg, extra) if shape else None, held))
-    runs, began = args.runs, pd.Timestamp.now(tz="UTC")
+    runs, began = args.runs, []   # began: when each probe run began
     done: list[list] = [[] for _ in plan]   # per cell: (Measured, overheads used) per probe run
+    rounds = [(ids, fin["start_time"])]   # per round of the sweep: its ids and its trials' start times
     for r in range(runs):   # run by run over every cell: a cell's runs spread over the whole validation
+        if r and between is not None:   # the sweep's next round of trials, then this probe run
+            new = between(r)
+            rounds.append(([new], load_sweep(connect(args.uri), args.experiment, new).finished["start_time"]))
+        began.append(pd.Timestamp.now(tz="UTC"))
         for i, (label, g, cell, draft, cfg, ks, shapes, held) in enumerate(plan):
             m, used = probe_run(args, cfg, ks, shapes, loaded, o, r)
             done[i].append((m, used if held is None else held))
             print(f"  {label}: measured in {m.seconds:.1f} s" + (f" (probe run {r + 1}/{runs})" if runs > 1 else ""),
                   flush=True)
-    for (label, g, cell, draft, cfg, ks, shapes, _), runs_ in zip(plan, done):
+    if len(rounds) > 1:   # every round's trials, read once the last is done
+        ids = [i for round_ids, _ in rounds for i in round_ids]
+        data = load_sweeps(connect(args.uri), args.experiment, ids)
+        fin = data.finished
+    measured = pooled_speedup(data.pairs, configured_level(fin)).set_index(["draft", "k"])
+    for (label, _, cell, draft, cfg, ks, shapes, _), runs_ in zip(plan, done):
+        g = fin[fin["draft"] == label]
         m, used = runs_summary(runs_)
         if any("overheads" in setting for setting in m.costs.values()):
             sources.add("the cells' own loops " + MEASURED_LOOPS)
@@ -933,10 +954,13 @@ def validate_sweep(args, overrides: list[str], o: Overheads) -> pd.DataFrame:
                          "predicted": r.predicted, "pred lo": r.lo, "pred hi": r.hi, "measured": m_med,
                          "meas lo": m_lo, "meas hi": m_hi, "ape %": abs(r.predicted - m_med) / m_med * 100})
     cells = pd.DataFrame(rows)
-    print(f"\nsweep {data.sweep.sweep_id} ({data.sweep.name}): predicted vs measured (pooled median), "
+    print(f"\nsweep {', '.join(ids)} ({data.sweep.name}): predicted vs measured (pooled median), "
           f"loop overheads: {'; '.join(sorted(sources))}")
-    print(probes_after(fin["start_time"], began) + (f" ({runs} probe runs, each value the median over them)"
-                                                    if runs > 1 else ""))
+    if len(rounds) > 1:
+        print(rounds_timing([starts for _, starts in rounds], began))
+    else:
+        print(probes_after(fin["start_time"], began[0]) + (f" ({runs} probe runs, each value the median over them)"
+                                                           if runs > 1 else ""))
     print(cells.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     print()
     print(ape_summary(cells, PAPER_DRAFTS).to_string(index=False, float_format=lambda v: f"{v:.1f}"))
@@ -958,6 +982,18 @@ def probes_after(starts: pd.Series, now: pd.Timestamp) -> str:
     hours = (now - last).total_seconds() / 3600
     return (f"the sweep's trials started from {first:%Y-%m-%d %H:%M} to {last:%Y-%m-%d %H:%M} UTC; these probes began "
             f"{hours:.1f} h after its last (the machine's drift in between is part of each error)")
+
+
+def rounds_timing(starts: list[pd.Series], began: list[pd.Timestamp]) -> str:
+    """When each round of the sweep's trials ran and how long after its last trial the probe run
+    that follows it began (round r's trials' start times, probe run r's start): the probes sample
+    the machine in the same stretch of time as the trials they are judged against."""
+    lines = [f"{len(starts)} rounds, each the sweep's trials then a probe run of every cell; each value the median "
+             "over the probe runs"]
+    for r, (s, b) in enumerate(zip(starts, began)):
+        lines.append(f"  round {r + 1}: trials started {s.min():%Y-%m-%d %H:%M} to {s.max():%H:%M} UTC, probe run "
+                     f"{r + 1} began {(b - s.max()).total_seconds() / 60:.1f} min after its last")
+    return "\n".join(lines)
 
 
 def break_even_beside(best: pd.DataFrame, cells: pd.DataFrame, pairs: pd.DataFrame, level: float) -> pd.DataFrame:
@@ -1022,7 +1058,8 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--hold-out", action="store_true",
                    help="with --validate --fit-sweep: each cell's overheads fitted on the fit sweep's other drafts "
                         "in other regimes only")
-    p.add_argument("--sweep-id", help="with --validate: the measured sweep (default: the latest)")
+    p.add_argument("--sweep-id", help="with --validate: the measured sweep, or several read as one (comma list; "
+                                      "default: the latest)")
     p.add_argument("--tracking-uri", dest="uri", help="default: $MLFLOW_TRACKING_URI, else the repository's mlruns/")
     p.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help="MLflow experiment (default: %(default)s)")
     p.add_argument("--seqs", type=int, default=16, help="sequences sampled from the target (default: %(default)s)")
@@ -1034,7 +1071,8 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--runs", type=int, default=1,
                    help="independent probe runs, one after another over every regime or cell (run r samples from "
                         "seed + r * seqs): each value the median over the runs, the interval their replicates pooled, "
-                        "so the machine's drift between runs is in it (make bench-predict: 3; default: %(default)s)")
+                        "so the machine's drift between runs is in it (make bench-predict: one per round of seeds; "
+                        "default: %(default)s)")
     flags, overrides = split_args(argv)
     args = p.parse_args(flags)
     from src.engine.errors import SpecsweepError
@@ -1109,7 +1147,9 @@ def predict_regimes(args, overrides: list[str], ks: list[int], engines: list[str
     return best
 
 
-def run(argv: list[str]) -> None:
+def prepare(argv: list[str]):
+    """The command line checked before any work: (args, Hydra overrides, ks, engines, batches, the
+    loop overheads `o`: fitted on --fit-sweep, else none)."""
     args, overrides = parse_args(argv)
     from src.sweep.store import resolve_uri
     args.uri = resolve_uri(args.uri)
@@ -1123,6 +1163,11 @@ def run(argv: list[str]) -> None:
         raise SpecsweepError("--hold-out needs --validate and --fit-sweep (the sweep whose other drafts and "
                              "regimes are fitted)")
     o = fitted_overheads(args.uri, args.experiment, args.fit_sweep, drafts) if args.fit_sweep else Overheads()
+    return args, overrides, ks, engines, batches, o
+
+
+def run(argv: list[str]) -> None:
+    args, overrides, ks, engines, batches, o = prepare(argv)
     if args.validate:
         validate_sweep(args, overrides, o)
         return

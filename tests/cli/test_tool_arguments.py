@@ -27,6 +27,7 @@ def wired(monkeypatch):
     import analysis.report
     import src.bench.drafts
     import src.bench.noise
+    import src.bench.predict
     import src.bench.policy_ceiling
     import src.bench.harness
     import src.bench.folder_model
@@ -40,13 +41,14 @@ def wired(monkeypatch):
     for module in (src.bench.harness, src.bench.noise):
         monkeypatch.setattr(module, "run_sweep", trip)
     monkeypatch.setattr(src.bench.noise, "CpuHog", trip)
+    monkeypatch.setattr(src.bench.predict, "run_round", trip)
     monkeypatch.setattr(src.cluster.servers, "_load", trip)
     monkeypatch.setattr(analysis.report, "run", trip)
     monkeypatch.setattr(analysis.predict, "compose", trip)
     return {"drafts": src.bench.drafts.main, "ceiling": src.bench.policy_ceiling.main, "sweep": src.bench.harness.main,
             "noise": src.bench.noise.main, "servers": src.cluster.servers.main, "report": analysis.report.main,
             "predict": analysis.predict.main, "export": src.export.main, "retrain": src.bench.retrain.main,
-            "folder": src.bench.folder_model.main}
+            "folder": src.bench.folder_model.main, "bench-predict": src.bench.predict.main}
 
 
 def call(monkeypatch, wired, tool: str, args: list[str]):
@@ -54,7 +56,8 @@ def call(monkeypatch, wired, tool: str, args: list[str]):
     monkeypatch.setattr(sys, "argv", [tool, *args])
     main = wired[tool]
     try:
-        status = main(args) if tool in ("servers", "report", "predict", "noise", "export", "retrain", "folder") else main()
+        status = (main(args) if tool in ("servers", "report", "predict", "noise", "export", "retrain", "folder",
+                                     "bench-predict") else main())
     except SystemExit as e:
         status = e.code
     return status
@@ -81,6 +84,11 @@ CASES = [   # (tool, args, message)
     ("report", ["--nosuch"], "unrecognized arguments: --nosuch"),
     ("predict", ["--rounds", "0"], "--seqs, --every, --rounds and --runs must be >= 1"),
     ("predict", ["--runs", "0"], "--seqs, --every, --rounds and --runs must be >= 1"),
+    ("bench-predict", ["--sweep", "nosuch"], "no sweep 'nosuch' in sweeps/"),
+    ("bench-predict", ["--sweep", "smoke", "seed=1"], "seed= is set by this tool"),
+    ("bench-predict", ["--sweep", "smoke", "--seeds", "0,1", "--probe-runs", "3"], "--probe-runs must be between 1"),
+    ("bench-predict", ["--sweep", "smoke", "--", "--runs", "2"], "--runs is set by this tool"),
+    ("bench-predict", ["--sweep", "smoke", "--", "batch=4"], "--validate takes each cell's engine and batch"),
     ("export", [], "the following arguments are required: folder"),
     ("export", ["{tmp}/new", "model=nosuch"], "unknown model 'nosuch'"),
     ("export", ["{tmp}/new", "k=[1,2"], "bad override 'k=[1,2'"),
@@ -106,7 +114,7 @@ def test_a_bad_argument_is_refused_before_any_work(monkeypatch, capsys, tmp_path
                                        ("sweep", ["--sweep", "smoke"]), ("noise", ["--sweep", "smoke"]),
                                        ("servers", ["status"]), ("report", []), ("predict", []),
                                        ("export", ["{tmp}/new"]), ("retrain", ["model=tiny", "data=synthetic"]),
-                                       ("folder", [])])
+                                       ("folder", []), ("bench-predict", ["--sweep", "smoke"])])
 def test_the_negative_control_good_arguments_reach_the_work(monkeypatch, tmp_path, wired, tool, args):
     with pytest.raises(Tripwire):
         call(monkeypatch, wired, tool, [a.format(tmp=tmp_path) for a in args])
