@@ -253,7 +253,11 @@ def load_sweeps(client: MlflowClient, experiment: str, sweep_ids: list[str]) -> 
     the pairs are that run's only. A sweep id given twice is refused."""
     if len(set(sweep_ids)) != len(sweep_ids):
         raise SpecsweepError(f"a sweep id is given twice: {', '.join(sweep_ids)}")
-    parts = [load_sweep(client, experiment, i) for i in sweep_ids]
+    return combine_sweeps([load_sweep(client, experiment, i) for i in sweep_ids])
+
+
+def combine_sweeps(parts: list[SweepData]) -> SweepData:
+    """`load_sweeps` of sweeps already loaded (distinct ones): one, itself."""
     if len(parts) == 1:
         return parts[0]
     trials, unplaced, pairs = (pd.concat([getattr(p, f) for p in parts], ignore_index=True)

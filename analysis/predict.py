@@ -876,13 +876,13 @@ def validate_sweep(args, overrides: list[str], o: Overheads, between=None) -> pd
     predicted and measured speedup and APE; prints the summary. between: None, or a function of the
     probe run r (1 to runs - 1) called just before it, which runs the sweep's next round of trials
     and returns its sweep id (src.bench.predict: seed rounds and probe runs take turns); the
-    measurements are then those of every round, read once the last probe run is done."""
+    measurements are then those of every round, each read once right after it ran."""
     from src.engine.errors import SpecsweepError
     from src.trial.load import load_target
     from src.trial.spec import trial_spec
     from .aggregate import configured_level, pooled_speedup
     from .cost_models import PAPER_DRAFTS
-    from .load import cell_labels, connect, load_sweep, load_sweeps
+    from .load import cell_labels, combine_sweeps, connect, load_sweep, load_sweeps
     ids = [i for i in (args.sweep_id or "").split(",") if i]
     data = load_sweeps(connect(args.uri), args.experiment, ids) if ids else load_sweep(connect(args.uri),
                                                                                          args.experiment)
@@ -918,20 +918,20 @@ def validate_sweep(args, overrides: list[str], o: Overheads, between=None) -> pd
         plan.append((label, g, cell, draft, cfg, ks, tree_shapes(cfg, extra) if shape else None, held))
     runs, began = args.runs, []   # began: when each probe run began
     done: list[list] = [[] for _ in plan]   # per cell: (Measured, overheads used) per probe run
-    rounds = [(ids, fin["start_time"])]   # per round of the sweep: its ids and its trials' start times
+    rounds = [(ids, data)]   # per round of the sweep: its ids and its trials, each loaded once
     for r in range(runs):   # run by run over every cell: a cell's runs spread over the whole validation
         if r and between is not None:   # the sweep's next round of trials, then this probe run
             new = between(r)
-            rounds.append(([new], load_sweep(connect(args.uri), args.experiment, new).finished["start_time"]))
+            rounds.append(([new], load_sweep(connect(args.uri), args.experiment, new)))
         began.append(pd.Timestamp.now(tz="UTC"))
         for i, (label, g, cell, draft, cfg, ks, shapes, held) in enumerate(plan):
             m, used = probe_run(args, cfg, ks, shapes, loaded, o, r)
             done[i].append((m, used if held is None else held))
             print(f"  {label}: measured in {m.seconds:.1f} s" + (f" (probe run {r + 1}/{runs})" if runs > 1 else ""),
                   flush=True)
-    if len(rounds) > 1:   # every round's trials, read once the last is done
+    if len(rounds) > 1:   # every round's trials as one sweep
         ids = [i for round_ids, _ in rounds for i in round_ids]
-        data = load_sweeps(connect(args.uri), args.experiment, ids)
+        data = combine_sweeps([d for _, d in rounds])
         fin = data.finished
     measured = pooled_speedup(data.pairs, configured_level(fin)).set_index(["draft", "k"])
     for (label, _, cell, draft, cfg, ks, shapes, _), runs_ in zip(plan, done):
@@ -957,7 +957,7 @@ def validate_sweep(args, overrides: list[str], o: Overheads, between=None) -> pd
     print(f"\nsweep {', '.join(ids)} ({data.sweep.name}): predicted vs measured (pooled median), "
           f"loop overheads: {'; '.join(sorted(sources))}")
     if len(rounds) > 1:
-        print(rounds_timing([starts for _, starts in rounds], began))
+        print(rounds_timing([d.finished["start_time"] for _, d in rounds], began))
     else:
         print(probes_after(fin["start_time"], began[0]) + (f" ({runs} probe runs, each value the median over them)"
                                                            if runs > 1 else ""))
