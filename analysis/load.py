@@ -29,11 +29,12 @@ FINISHED = "FINISHED"
 KEY = ["draft", "k", "seed"]   # one trial ("draft": its cell's label, built from CELL_PARTS)
 CELL = ["draft", "k"]          # one table row: a trial aggregated across seeds
 # what a cell is, as columns of the trials frame: the draft, the options a sweep varied ("" if none),
-# the draft-length policy ("fixed"), the tree's widths ("" for a chain), the engine, the batch size
-CELL_PARTS = ["draft_name", "draft_options", "policy", "tree", "engine", "batch"]
+# the draft-length policy ("fixed"), the tree's widths ("" for a chain), the engine, the batch size,
+# the workload ("single")
+CELL_PARTS = ["draft_name", "draft_options", "policy", "tree", "engine", "batch", "workload"]
 INT_PARAMS = ["k", "seed", "n_chars", "pairs_min"]
 FLOAT_PARAMS = ["temperature", "confidence"]
-STR_PARAMS = ["draft", "target_key", "batch_prompts"]
+STR_PARAMS = ["draft", "target_key", "workload"]
 # column -> the params it is read from, per run the first one set: the configured minimum of pairs
 # was logged as `pairs` by older code; the interval's level is the flattened config's own param
 PARAM_SOURCES = {"pairs_min": ["pairs_min", "pairs"], "confidence": ["timing.confidence"]}
@@ -135,6 +136,7 @@ def tidy_runs(raw: pd.DataFrame) -> pd.DataFrame:
     out["engine"] = engine.fillna("eager") if engine is not None else "eager"
     batch = raw.get("params.batch")
     out["batch"] = 1 if batch is None else pd.to_numeric(batch, errors="coerce").fillna(1).astype(int)
+    out["workload"] = out["workload"].fillna("single").astype(object)   # runs before workloads: the one prompt
     out["draft"] = cell_labels(out)
     for name in TAGS:
         col = raw.get(f"tags.{name}")
@@ -168,10 +170,10 @@ def swept_options(raw: pd.DataFrame, draft: pd.Series) -> pd.Series:
 
 def cell_labels(cells: pd.DataFrame, leave_out: tuple[str, ...] = ()) -> pd.Series:
     """The display label of each row's cell, from its CELL_PARTS columns (those in `leave_out`
-    left out): "<draft>[<options>]~<policy>+tree<widths>@<engine>@B<batch>", every part after the
-    draft only where it is not the default (ngram, distilled[distill_chars=None],
-    ngram~heuristic, bigram+tree4-2-2-1, ngram@compiled@B16). Labels are for tables and figures;
-    the analysis reads the columns, never parses a label."""
+    left out): "<draft>[<options>]~<policy>+tree<widths>@<engine>@B<batch>#<workload>", every part
+    after the draft only where it is not the default (ngram, distilled[distill_chars=None],
+    ngram~heuristic, bigram+tree4-2-2-1, ngram@compiled@B16, ngram#validation). Labels are for
+    tables and figures; the analysis reads the columns, never parses a label."""
     def part(name: str, show, text) -> pd.Series:
         if name in leave_out or name not in cells:
             return pd.Series("", index=cells.index, dtype=object)
@@ -186,14 +188,15 @@ def cell_labels(cells: pd.DataFrame, leave_out: tuple[str, ...] = ()) -> pd.Seri
                      + part("policy", lambda v: v != "fixed", lambda v: f"~{v}")
                      + part("tree", bool, lambda v: f"+tree{v}")
                      + part("engine", lambda v: v != "eager", lambda v: f"@{v}")
-                     + part("batch", lambda v: int(v) > 1, lambda v: f"@B{int(v)}"))
+                     + part("batch", lambda v: int(v) > 1, lambda v: f"@B{int(v)}")
+                     + part("workload", lambda v: v != "single", lambda v: f"#{v}"))
     return label
 
 
 def with_cell_parts(cells: pd.DataFrame, trials: pd.DataFrame) -> pd.DataFrame:
     """`cells` (rows keyed by the label "draft", e.g. an aggregate) with the CELL_PARTS columns of
     their trials, for analyses that read a cell's policy, tree, engine or batch."""
-    parts = trials.drop_duplicates("draft")[["draft", *CELL_PARTS]]
+    parts = trials.drop_duplicates("draft")[["draft", *(c for c in CELL_PARTS if c in trials)]]
     return cells.drop(columns=[c for c in CELL_PARTS if c in cells]).merge(parts, on="draft", how="left")
 
 

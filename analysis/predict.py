@@ -674,11 +674,14 @@ def measure_batch(chosen: dict, model, draft, corpus, target, seq, a: float, seq
     from src.engine.batch import generate_speculative_batch, stream_generators
     from src.engine.drafts.model_draft import ModelDraft
     from src.engine.measure import batch_verify_pass, measure_batch_cost, replay_draft_costs
-    from src.trial.batched import batch_prompts
+    from src.trial.batched import batch_rows
     from src.trial.timing_lock import timing_lock
+    from src.trial.trial import trial_prompts
     first = next(iter(chosen.values()))
-    T, n, B = first.temperature, first.n_chars, first.batch
-    prompts = batch_prompts(first, corpus, target.tokenizer)
+    T, B = first.temperature, first.batch
+    workload = trial_prompts(first, corpus)   # the first batch of the workload's rows
+    n = workload[0].n_chars
+    prompts = [target.tokenizer.encode(workload[i].text).tolist() for i in batch_rows(len(workload), B)[0]]
     cpp = {}
     for label, c in chosen.items():
         runs = [generate_speculative_batch(model, draft, prompts, n, c.k, T, stream_generators(s, B, c.device),
@@ -891,8 +894,8 @@ def validate_sweep(args, overrides: list[str], o: Overheads, between=None) -> pd
     if fin.empty:
         raise SpecsweepError(f"sweep {', '.join(ids)} has no finished trial")
     common = [f"temperature={fin['temperature'].iloc[0]}", f"n_chars={int(fin['n_chars'].iloc[0])}"]
-    if "batch_prompts" in fin and fin["batch_prompts"].nunique() == 1:   # a batch's prompts as its trials had them
-        common.append(f"batch_prompts={fin['batch_prompts'].iloc[0]}")
+    if "workload" in fin and fin["workload"].nunique() == 1 and fin["workload"].iloc[0] != "single":
+        common.append(f"workload={fin['workload'].iloc[0]}")   # the prompts as its trials had them
     loaded, rows, sources = None, [], set()   # where each cell's loop overheads came from
     best = []                                 # per cell label: the best predicted setting (the break-even)
     if args.hold_out:   # each cell's overheads from the fit sweep's other drafts in other regimes

@@ -44,8 +44,9 @@ def stream_seed(seed: int, b: int) -> int:
     return (seed + b * STREAM_STEP) % 2 ** 32
 
 
-def stream_generators(seed: int, batch: int, device: str = "cpu") -> list[torch.Generator]:
-    return [torch.Generator(device=device).manual_seed(stream_seed(seed, b)) for b in range(batch)]
+def stream_generators(seed: int, batch: int, device: str = "cpu", first: int = 0) -> list[torch.Generator]:
+    """Sequences first .. first + batch - 1's generators (a workload's later batches go on counting)."""
+    return [torch.Generator(device=device).manual_seed(stream_seed(seed, b)) for b in range(first, first + batch)]
 
 
 def check_prompts(prompts: list[list[int]]) -> int:

@@ -34,6 +34,33 @@ class Generation:
                                # pass's drawn chain (sampling.survival; chains, with track_survival)
 
 
+def _summed(lists: list[list]) -> list:
+    """Elementwise sums of lists of different lengths (a missing entry counts 0)."""
+    width = max((len(x) for x in lists), default=0)
+    return [sum(x[i] for x in lists if i < len(x)) for i in range(width)]
+
+
+def pooled(gens: list[Generation]) -> Generation:
+    """Several runs' counters as one run's (a workload's prompts): every count summed, the pass
+    logs joined; the tokens are the first run's. One run pools to itself. Any extra count a loop
+    sets on its Generation (transformers' `assistant_forwards`) is summed too."""
+    if len(gens) == 1:
+        return gens[0]
+    first = gens[0]
+    out = Generation(list(first.tokens), sum(g.target_passes for g in gens),
+                     chars_emitted=sum(g.chars_emitted for g in gens), proposed=sum(g.proposed for g in gens),
+                     accepted=sum(g.accepted for g in gens), tested=sum(g.tested for g in gens),
+                     draft_calls=sum(g.draft_calls for g in gens),
+                     accepted_at=_summed([g.accepted_at for g in gens]),
+                     drafted_at=_summed([g.drafted_at for g in gens]),
+                     passes_log=[p for g in gens for p in g.passes_log],
+                     overlap_sum=sum(g.overlap_sum for g in gens),
+                     survival_sum=_summed([g.survival_sum for g in gens]))
+    for name in set(vars(first)) - set(Generation.__dataclass_fields__):
+        setattr(out, name, sum(getattr(g, name) for g in gens))
+    return out
+
+
 def check_fits(model: Transformer, prompt_len: int, n_chars: int, k: int = 0) -> None:
     """Refuse a request past the trained context window: those chars would be garbage."""
     need = prompt_len + n_chars + k

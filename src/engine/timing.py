@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from math import comb
 from typing import Callable
 
@@ -241,13 +241,15 @@ def cost_round_options(cost_width=None, confidence=0.95, cost_max_rounds=None, c
 
 @dataclass
 class PairedTiming:
-    baseline_s: list[float]
+    baseline_s: list[float]            # per pair (a workload's: per round, its prompts' runs added up)
     speculative_s: list[float]
     baseline_cpu_ratio: list[float]
     speculative_cpu_ratio: list[float]
-    order: list[str]  # "BS" or "SB" per pair
+    order: list[str]  # "BS" or "SB" per pair (a workload's: its first prompt's order in the round)
     level: float = 0.95                # stated confidence level of the interval for the median
     stop: str = FIXED                  # FIXED, WIDTH, PAIRS_CAP or TIME_CAP
+    prompt_baseline_s: list[list[float]] = field(default_factory=list)     # per prompt, its run in each round
+    prompt_speculative_s: list[list[float]] = field(default_factory=list)
 
     @property
     def ratios(self) -> list[float]:
@@ -292,30 +294,55 @@ def _iqr_rel(xs: list[float]) -> float:
 
 
 def paired_timing(baseline: Callable[[], object], speculative: Callable[[], object], pairs: int,
-                  device: str = "cpu", *, target_width: float | None = None, max_pairs: int | None = None,
-                  max_seconds: float | None = None, level: float = 0.95, clock: Clock = time.perf_counter,
-                  cpu_clock: Clock = time.process_time) -> PairedTiming:
+                  device: str = "cpu", **options) -> PairedTiming:
     """Alternated pairs (B,S / S,B / ...) after one untimed warm-up of each arm, until
-    `stop_reason` says stop: exactly `pairs` of them when target_width is None or 0."""
+    `stop_reason` says stop: exactly `pairs` of them when target_width is None or 0. One
+    prompt's `paired_workload_timing` (its keywords)."""
+    return paired_workload_timing([baseline], [speculative], pairs, device, **options)
+
+
+def paired_workload_timing(baselines: list[Callable[[], object]], speculatives: list[Callable[[], object]],
+                           pairs: int, device: str = "cpu", *, target_width: float | None = None,
+                           max_pairs: int | None = None, max_seconds: float | None = None, level: float = 0.95,
+                           clock: Clock = time.perf_counter, cpu_clock: Clock = time.process_time) -> PairedTiming:
+    """Paired timing over a workload: baselines[i] and speculatives[i] run prompt i. One untimed
+    warm-up of every prompt's arms (each prompt's shapes compiled before any timed run), then
+    rounds: round r runs every prompt's two arms back to back, prompt i in the order B,S when
+    r + i is even and S,B when odd, so drift lands on both arms of every prompt alike. A round is
+    a pair: its baseline and speculative times are its prompts' runs added up (the workload's total
+    time, as the field's speedup over a benchmark is total baseline time over total speculative
+    time), and rounds stop as pairs do (`stop_reason`). Each prompt's own runs are kept per round
+    (prompt_baseline_s, prompt_speculative_s). With one prompt this is plain paired timing."""
     if pairs < 1:
         raise ValueError(f"pairs must be >= 1, got {pairs}")
+    if not baselines or len(baselines) != len(speculatives):
+        raise ValueError(f"a workload needs as many baselines as speculative arms, at least one: got "
+                         f"{len(baselines)} and {len(speculatives)}")
     if adaptive(target_width) and max_pairs is None and max_seconds is None:
         raise ValueError("an adaptive paired timing needs a cap: max_pairs or max_seconds")
-    baseline()
-    speculative()  # untimed warm-ups
-    res = PairedTiming([], [], [], [], [], level=level)
+    for b, s in zip(baselines, speculatives):
+        b()
+        s()  # untimed warm-ups
+    n = len(baselines)
+    res = PairedTiming([], [], [], [], [], level=level, prompt_baseline_s=[[] for _ in range(n)],
+                       prompt_speculative_s=[[] for _ in range(n)])
     ratios: list[float] = []
     while True:
-        order = "BS" if len(res.order) % 2 == 0 else "SB"
-        for arm in order:
-            wall, cpu = timed(baseline if arm == "B" else speculative, device, clock, cpu_clock)
-            if arm == "B":
-                res.baseline_s.append(wall)
-                res.baseline_cpu_ratio.append(cpu)
-            else:
-                res.speculative_s.append(wall)
-                res.speculative_cpu_ratio.append(cpu)
-        res.order.append(order)
+        r = len(res.order)
+        wall = {"B": 0.0, "S": 0.0}
+        cpu = {"B": 0.0, "S": 0.0}
+        for i in range(n):
+            order = "BS" if (r + i) % 2 == 0 else "SB"
+            for arm in order:
+                w, c = timed(baselines[i] if arm == "B" else speculatives[i], device, clock, cpu_clock)
+                (res.prompt_baseline_s if arm == "B" else res.prompt_speculative_s)[i].append(w)
+                wall[arm] += w
+                cpu[arm] += c * w
+        res.baseline_s.append(wall["B"])
+        res.speculative_s.append(wall["S"])
+        res.baseline_cpu_ratio.append(cpu["B"] / wall["B"] if wall["B"] > 0 else 1.0)
+        res.speculative_cpu_ratio.append(cpu["S"] / wall["S"] if wall["S"] > 0 else 1.0)
+        res.order.append("BS" if r % 2 == 0 else "SB")
         ratios.append(res.baseline_s[-1] / res.speculative_s[-1])
         stop = stop_reason(ratios, res.timed_s, pairs, target_width, max_pairs, max_seconds, level)
         if stop is not None:

@@ -28,7 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ..engine.errors import SpecsweepError, disk_full
 from ..paths import REPO
-from ..trial.spec import TrialSpec, tree_label
+from ..trial.spec import TrialSpec, repo_path, tree_label
 from ..engine.locks import SETUP_WAIT_S, file_lock
 from .store import check_reachable, check_sqlite_file, is_server, resolve_uri, sqlite_path
 
@@ -142,7 +142,19 @@ def trial_config(cfg: DictConfig) -> dict:
     # the other nodes are dropped before resolving: Hydra's node interpolates the HydraConfig, which a
     # process outside a Hydra job (a Ray driver recording a job lost on the cluster) does not have
     kept = [key for key in cfg.keys() if key not in ("hydra", "tracking", "sweep", "resume")]
-    return OmegaConf.to_container(OmegaConf.masked_copy(cfg, kept), resolve=True)
+    out = OmegaConf.to_container(OmegaConf.masked_copy(cfg, kept), resolve=True)
+    workload = out.get("workload") or {}
+    if workload.get("name") == "file" and isinstance(workload.get("path"), str):
+        # the file's prompts, not only its name, make the trial: an edited file is another cell
+        out["workload_file_sha256"] = file_sha256_or_none(repo_path(workload["path"]))
+    return out
+
+
+def file_sha256_or_none(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
 
 
 def config_hash(cfg: DictConfig) -> str:
@@ -231,6 +243,7 @@ def trial_params(cfg: DictConfig, spec: TrialSpec, target_key: str) -> dict:
     """A trial run's params: the flattened resolved config, and the cell's coordinates by name."""
     params = {key: str(v) for key, v in flatten(trial_config(cfg)).items()}
     params.update({"draft": spec.draft.name, "k": str(spec.k), "seed": str(spec.seed), "n_chars": str(spec.n_chars),
+                   "workload": spec.workload.name,
                    "pairs_min": str(spec.timing.pairs), "temperature": str(spec.temperature),
                    "target_key": target_key, **verify_params(spec)})
     return {key: v[:6000] for key, v in params.items()}
@@ -247,8 +260,9 @@ def pairs_csv(timing) -> str:
 
 
 def log_trial_result(client, run_id: str, cfg: DictConfig, result) -> None:
-    """Metrics (with per-pair histories), and the artifacts: pairs.csv, config.yaml, sample.txt and,
-    for a batch, sequences.csv (each sequence's counters)."""
+    """Metrics (with per-pair histories), and the artifacts: pairs.csv, config.yaml, sample.txt,
+    prompts.csv (each prompt of the workload: its counters and times) and, for a batch,
+    sequences.csv (each sequence's counters)."""
     import time
 
     from mlflow.entities import Metric, RunTag
@@ -265,9 +279,10 @@ def log_trial_result(client, run_id: str, cfg: DictConfig, result) -> None:
         Path(tmp, "pairs.csv").write_text(pairs_csv(t))
         Path(tmp, "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
         Path(tmp, "sample.txt").write_text(result.text, encoding="utf-8")
-        if result.sequences:
-            with open(Path(tmp, "sequences.csv"), "w", newline="", encoding="utf-8") as f:
-                w = csv.DictWriter(f, fieldnames=list(result.sequences[0]))
-                w.writeheader()
-                w.writerows(result.sequences)
+        for name, rows in (("sequences.csv", result.sequences), ("prompts.csv", result.prompts)):
+            if rows:
+                with open(Path(tmp, name), "w", newline="", encoding="utf-8") as f:
+                    w = csv.DictWriter(f, fieldnames=list(rows[0]))
+                    w.writeheader()
+                    w.writerows(rows)
         client.log_artifacts(run_id, tmp)

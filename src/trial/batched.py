@@ -1,10 +1,14 @@
 """A trial at batch B > 1: B sequences decoded together (src/engine/batch.py).
 
-The same three measurements as one sequence's trial, for the batch: the counters of a
-speculative run (per sequence, and their mean), the component costs at (B, width), and the
-paired timing of the batched baseline against the batched speculative loop. Both arms emit
-B x n_chars chars, so the pairs' ratio is the throughput speedup (chars per second over all B
-sequences). The free loop is a one-sequence chain's (timing.free_loop does not apply here).
+The workload's prompts are the batches' rows: ceil(N / B) batches of B rows, the prompts in
+order and from the first again once they run out (`batch_rows`: the single workload gives B rows
+of its prompt), each row with its own sampling stream. The same three measurements as one
+sequence's trial: the counters of the speculative runs (per sequence, and pooled), the component
+costs at (B, width) on the first batch, and the paired timing of the batched baseline against
+the batched speculative loop over the batches. Both arms emit B x n_chars chars a batch, so the
+pairs' ratio is the throughput speedup. A batch mixes the workload's categories, so per category
+there are counters (its rows pooled) but no speedup. The free loop is a one-sequence chain's
+(timing.free_loop does not apply here).
 """
 from __future__ import annotations
 
@@ -13,81 +17,101 @@ import statistics
 import torch
 
 from ..engine.batch import BatchGeneration, generate_baseline_batch, generate_speculative_batch, stream_generators
+from ..engine.decode import Generation, pooled
 from ..engine.formula import seed_speedup
 from ..engine.measure import measure_batch_cost
-from ..engine.timing import paired_timing
+from ..engine.timing import paired_workload_timing
 from .spec import TrialSpec
+from .workload import Prompt
 
 
-def batch_prompts(spec: TrialSpec, corpus, tokenizer) -> list[list[int]]:
-    """The B prompts: `prompt` for every sequence (batch_prompts=same), or B windows of the
-    validation split as long as `prompt`, at offsets drawn by the trial's seed (validation)."""
-    prompt = tokenizer.encode(spec.prompt).tolist()
-    if spec.batch_prompts == "same":
-        return [prompt] * spec.batch
-    _, val = corpus.split(spec.target.train.val_fraction)
-    P = len(prompt)
-    gen = torch.Generator().manual_seed(spec.seed)
-    starts = torch.randint(0, len(val) - P + 1, (spec.batch,), generator=gen).tolist()
-    return [tokenizer.encode(val[s:s + P]).tolist() for s in starts]
+def batch_rows(n_prompts: int, batch: int) -> list[list[int]]:
+    """The workload's prompts as the rows of ceil(N / B) batches of B rows: prompt indices in
+    order, from the first again once they run out (one prompt: B rows of it)."""
+    batches = -(-n_prompts // batch)
+    return [[(b * batch + j) % n_prompts for j in range(batch)] for b in range(batches)]
 
 
-def batch_counters(g: BatchGeneration, k: int, n_chars: int) -> dict:
-    """The speculative run's counters. Per sequence b (until it had its n_chars): passes_b,
-    chars_b, accepted_b, tested_b; the acceptance rates pool them over the sequences.
-    chars_per_pass is what throughput sees, a sequence's chars per pass of the batch (the batch
-    waits for its slowest sequence); seq_chars_per_pass the mean of each sequence's own."""
-    B, P = len(g.passes), g.target_passes
-    own = [c / p for c, p in zip(g.chars, g.passes)]
+def batch_counters(gs: list[BatchGeneration], k: int, n_chars: int) -> dict:
+    """The speculative runs' counters, over the workload's batches. Per sequence b (until it had
+    its n_chars): passes_b, chars_b, accepted_b, tested_b; the acceptance rates pool them over
+    every sequence. chars_per_pass is what throughput sees, a sequence's chars per pass of its
+    batch (a batch waits for its slowest sequence), pooled over the batches: the batches' mean
+    chars over their passes; seq_chars_per_pass the mean of each sequence's own."""
+    rows = [(g, b) for g in gs for b in range(len(g.passes))]
+    passes = sum(g.target_passes for g in gs)
+    own = [g.chars[b] / g.passes[b] for g, b in rows]
+    seq_passes = [g.passes[b] for g, b in rows]
     m = {
-        "batch": B,
-        "acceptance": sum(g.accepted) / (k * sum(g.passes)),
-        "position_acceptance": sum(g.accepted) / sum(g.tested),
-        "analytic_acceptance": sum(g.overlap_sum) / sum(g.tested),
-        "chars_per_pass": statistics.fmean(g.chars) / P,
+        "batch": len(gs[0].passes),
+        "acceptance": sum(g.accepted[b] for g, b in rows) / (k * sum(seq_passes)),
+        "position_acceptance": sum(g.accepted[b] for g, b in rows) / sum(g.tested[b] for g, b in rows),
+        "analytic_acceptance": sum(g.overlap_sum[b] for g, b in rows) / sum(g.tested[b] for g, b in rows),
+        "chars_per_pass": sum(statistics.fmean(g.chars) for g in gs) / passes,
         "seq_chars_per_pass": statistics.fmean(own),
         "seq_chars_per_pass_min": min(own),
         "seq_chars_per_pass_max": max(own),
-        "seq_passes_mean": statistics.fmean(g.passes),
-        "target_passes": P,                 # the batch's verify passes
-        "baseline_passes": n_chars,         # the batch's (B, 1) passes
-        "draft_calls": P,
-        "proposed": P * k,                  # drafted positions per row, padding rows included (the cost model's D)
-        "accepted": statistics.fmean(g.accepted),
+        "seq_passes_mean": statistics.fmean(seq_passes),
+        "target_passes": passes,            # the batches' verify passes
+        "baseline_passes": n_chars * len(gs),   # the batches' (B, 1) passes
+        "draft_calls": passes,
+        "proposed": passes * k,             # drafted positions per row, padding rows included (the cost model's D)
+        "accepted": statistics.fmean(g.accepted[b] for g, b in rows),
     }
     for i in range(k):
-        m[f"acceptance_pos_{i + 1}"] = sum(a[i] for a in g.accepted_at) / sum(g.passes)
+        m[f"acceptance_pos_{i + 1}"] = sum(g.accepted_at[b][i] for g, b in rows) / sum(seq_passes)
     return m
 
 
-def sequence_rows(g: BatchGeneration, prompts: list[list[int]], decode) -> list[dict]:
-    """Per sequence: its prompt, passes, chars, accepted and tested counts (the trial's sequences.csv)."""
-    return [{"seq": b, "prompt": decode(prompts[b]), "passes": g.passes[b], "chars": g.chars[b],
+def row_generation(g: BatchGeneration, b: int, k: int) -> Generation:
+    """Sequence b of a batch as one sequence's counters (every pass drafted k chars for it)."""
+    return Generation(g.tokens[b], g.passes[b], chars_emitted=g.chars[b], proposed=k * g.passes[b],
+                      accepted=g.accepted[b], tested=g.tested[b], draft_calls=g.passes[b],
+                      accepted_at=list(g.accepted_at[b]), overlap_sum=g.overlap_sum[b])
+
+
+def sequence_rows(gs: list[BatchGeneration], rows: list[list[int]], prompts: list[Prompt], decode) -> list[dict]:
+    """Per sequence: its batch, prompt, category, passes, chars, accepted and tested counts (the trial's sequences.csv)."""
+    return [{"seq": j * len(idx) + b, "batch": j, "prompt_index": idx[b], "category": prompts[idx[b]].category,
+             "prompt": prompts[idx[b]].text, "passes": g.passes[b], "chars": g.chars[b],
              "accepted": g.accepted[b], "tested": g.tested[b], "chars_per_pass": g.chars[b] / g.passes[b]}
-            for b in range(len(prompts))]
+            for j, (g, idx) in enumerate(zip(gs, rows)) for b in range(len(idx))]
 
 
-def batch_measurements(spec: TrialSpec, model, draft, prompts: list[list[int]], timed_phase):
-    """The batch's counters, component costs and paired timing: (metrics, PairedTiming, the
-    counter run's BatchGeneration)."""
-    device, k, n, T = spec.device, spec.k, spec.n_chars, spec.temperature
+def batch_measurements(spec: TrialSpec, model, draft, prompts: list[Prompt], ids: list[list[int]], timed_phase,
+                       decode):
+    """The workload's prompts as the rows of batches (`batch_rows`): each batch's counters, the
+    component costs at (B, width) on the first batch, and the paired timing over the batches
+    (one batch a unit of paired_workload_timing). Returns (metrics, PairedTiming, each prompt's
+    counters pooled over its rows, the sequences' rows)."""
+    device, k, T = spec.device, spec.k, spec.temperature
+    n = prompts[0].n_chars     # one length for every prompt (the spec refused others)
+    rows = batch_rows(len(prompts), spec.batch)
 
-    def speculate(track_overlap=True):
-        return generate_speculative_batch(model, draft, prompts, n, k, T, stream_generators(spec.seed, len(prompts), device),
+    def streams(j: int):
+        return stream_generators(spec.seed, spec.batch, device, first=j * spec.batch)
+
+    def speculate(j: int, track_overlap=True):
+        return generate_speculative_batch(model, draft, [ids[i] for i in rows[j]], n, k, T, streams(j),
                                           track_overlap=track_overlap)
 
-    def baseline():
-        return generate_baseline_batch(model, prompts, n, T, stream_generators(spec.seed, len(prompts), device))
+    def baseline(j: int):
+        return lambda: generate_baseline_batch(model, [ids[i] for i in rows[j]], n, T, streams(j))
 
-    g = speculate()
-    metrics = batch_counters(g, k, n)
+    gs = [speculate(j) for j in range(len(rows))]
+    metrics = batch_counters(gs, k, n)
     t = spec.timing
     with timed_phase():
-        metrics.update(measure_batch_cost(model, draft, prompts, k, T, t.cost_reps, device, **t.cost_options))
-        timing = paired_timing(baseline, lambda: speculate(track_overlap=False), t.pairs, device, **t.pair_options)
+        metrics.update(measure_batch_cost(model, draft, [ids[i] for i in rows[0]], k, T, t.cost_reps, device,
+                                          **t.cost_options))
+        timing = paired_workload_timing([baseline(j) for j in range(len(rows))],
+                                        [lambda j=j: speculate(j, track_overlap=False) for j in range(len(rows))],
+                                        t.pairs, device, **t.pair_options)
     metrics.update(timing.summary())
     metrics["predicted_speedup"] = seed_speedup(metrics["chars_per_pass"], k, metrics["c"])
-    chars = len(prompts) * n   # both arms: throughput in chars per second over the batch
+    chars = len(rows) * spec.batch * n   # both arms: throughput in chars per second over the batches
     metrics["baseline_chars_per_s"] = chars / metrics["baseline_s_median"]
     metrics["speculative_chars_per_s"] = chars / metrics["speculative_s_median"]
-    return metrics, timing, g
+    per_prompt = [pooled([row_generation(g, b, k) for g, idx in zip(gs, rows) for b, i in enumerate(idx) if i == p])
+                  for p in range(len(prompts))]
+    return metrics, timing, per_prompt, sequence_rows(gs, rows, prompts, decode)

@@ -21,7 +21,8 @@ from ..engine.errors import SpecsweepError
 from ..engine.locks import check_creatable
 from ..engine.train import corpus_tokenizer, target_location, verify_checkpoint
 from .load import load_corpus_of
-from .spec import TargetSpec, TrialSpec, draft_class, is_folder_model
+from .spec import TargetSpec, TrialSpec, check_window, draft_class, is_folder_model
+from .workload import WorkloadSpec, workload_prompts
 
 
 def check_inputs(spec: TrialSpec) -> Corpus:
@@ -33,7 +34,7 @@ def check_inputs(spec: TrialSpec) -> Corpus:
     if spec.draft.model is not None and is_folder_model(spec.draft.model.model):
         check_folder_draft(spec, corpus)
     if is_folder_model(spec.target.model):
-        check_folder_prompt(spec)
+        check_folder_prompt(spec, corpus)
         return corpus
     check_memory(spec, len(corpus_tokenizer(corpus).chars))
     check_cached_checkpoints(spec, corpus)
@@ -61,11 +62,11 @@ def check_folder_draft(spec: TrialSpec, corpus: Corpus) -> None:
                              f"({len(theirs):,} tokens): a draft must propose the target's tokens")
 
 
-def check_folder_prompt(spec: TrialSpec) -> None:
+def check_folder_prompt(spec: TrialSpec, corpus: Corpus) -> None:
     """A model from a folder (model=hf): its vocabulary must be at most data.max_vocab tokens for a
     draft whose build holds a row of it per training position (distilled) and small enough for a
-    table draft's order (its context codes fit an int64), its tokenizer must encode the prompt, and
-    prompt + n_chars + k tokens must fit its context window (the spec counted chars)."""
+    table draft's order (its context codes fit an int64), its tokenizer must encode every prompt of
+    the workload, and each prompt + its n_chars + k tokens must fit its context window."""
     from ..engine.hf_model import HFTokenizer
     from ..engine.library import _transformers
     folder = spec.target.model["path"]
@@ -84,11 +85,18 @@ def check_folder_prompt(spec: TrialSpec) -> None:
             cls.check_vocabulary(spec.draft.options["order"], tok.vocab_size)
         except ValueError as e:
             raise SpecsweepError(f"draft {spec.draft.name!r}: {e}") from None
-    n = len(tok.encode(spec.prompt))
-    need = n + spec.n_chars + spec.k
-    if need > spec.target.model["block_size"]:
-        raise SpecsweepError(f"prompt ({n} tokens) + n_chars ({spec.n_chars}) + k ({spec.k}) = {need} tokens exceeds "
-                             f"the model's context window of {spec.target.model['block_size']}")
+    prompts = workload_prompts(spec.workload, corpus.split(spec.target.train.val_fraction)[1])
+    lengths = []
+    for p in prompts:
+        try:
+            n = len(tok.encode(p.text))
+        except SpecsweepError as e:
+            raise SpecsweepError(f"{p.where}: {e}") from None
+        if n == 0:
+            raise SpecsweepError(f"{p.where}: the checkpoint's tokenizer encodes its prompt {p.text[:40]!r} as no tokens")
+        lengths.append(n)
+    check_window(WorkloadSpec(spec.workload.name, spec.workload.options, tuple(prompts)), spec.k,
+                 spec.target.model["block_size"], "tokens", lengths)
 
 
 def available_memory() -> int | None:
@@ -166,10 +174,13 @@ def check_corpus(spec: TrialSpec) -> Corpus:
     if len(chars) > data.max_vocab:
         raise SpecsweepError(f"{where} has {len(chars)} distinct chars, more than data.max_vocab = {data.max_vocab}: "
                              "use a text of fewer symbols (or raise data.max_vocab)")
-    missing = sorted(set(spec.prompt) - set(chars))
-    if missing:
-        raise SpecsweepError(f"the prompt has chars {''.join(missing)!r} that {where} lacks: "
-                             "choose a prompt of the corpus's chars")
+    known = set(chars)
+    for p in workload_prompts(spec.workload, corpus.split(spec.target.train.val_fraction)[1]):
+        missing = sorted(set(p.text) - known)
+        if missing:
+            name = "the prompt" if p.where == "the prompt" else f"{p.where}: its prompt"
+            raise SpecsweepError(f"{name} has chars {''.join(missing)!r} that {where} lacks: "
+                                 "choose a prompt of the corpus's chars")
     for target, role in ((spec.target, "the target"), (spec.draft.model, f"draft {spec.draft.name!r}'s model")):
         if target is not None:
             check_splits(corpus, target, where, role)

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from collections import Counter
 
+from ..engine.decode import pooled
+from ..engine.formula import seed_speedup
 from ..engine.library import LibraryLoop, library_cost
-from ..engine.timing import paired_timing
+from ..engine.timing import paired_workload_timing
 from .spec import TrialSpec
+from .workload import Prompt
 
 # the tool's policy -> transformers' schedule of the assistant's generation config
 SCHEDULES = {"fixed": "constant", "heuristic": "heuristic", "confidence": "confidence"}
@@ -30,20 +33,23 @@ def library_loop(spec: TrialSpec, target_model, draft) -> LibraryLoop:
     return LibraryLoop(target_model, spec.k, spec.temperature, lookup_ngram=draft.max_matching_ngram_size)
 
 
-def library_measurements(spec: TrialSpec, target_model, draft, prompt: list[int], timed_phase):
-    """One sequence through the library's loop. Returns (metrics, PairedTiming, the counter run's chars)."""
-    k, n, seed = spec.k, spec.n_chars, spec.seed
+def library_measurements(spec: TrialSpec, target_model, draft, prompts: list[Prompt], ids: list[list[int]], timed_phase):
+    """The workload's prompts one at a time through the library's loop: each prompt's counters
+    (pooled), the library's component costs on the first prompt, and the paired timing over the
+    workload. Returns (metrics, PairedTiming, each prompt's counter run)."""
+    k, seed = spec.k, spec.seed
     loop = library_loop(spec, target_model, draft)
     try:
-        g = loop.counted(loop.speculative, prompt, n, seed)
-        base = loop.counted(loop.baseline, prompt, n, seed)
+        gens = [loop.counted(loop.speculative, p, w.n_chars, seed) for p, w in zip(ids, prompts)]
+        bases = [loop.counted(loop.baseline, p, w.n_chars, seed) for p, w in zip(ids, prompts)]
+        g = pooled(gens)
         metrics = {
             "acceptance": g.accepted / g.proposed if g.proposed else 0.0,
             "position_acceptance": g.accepted / g.tested if g.tested else 0.0,
             "chars_per_pass": g.chars_emitted / g.target_passes,
             "target_passes": g.target_passes,
-            "baseline_passes": n,
-            "library_baseline_passes": base.target_passes,
+            "baseline_passes": sum(w.n_chars for w in prompts),
+            "library_baseline_passes": sum(b.target_passes for b in bases),
             "draft_calls": g.draft_calls,
             "proposed": g.proposed,
             "accepted": g.accepted,
@@ -58,19 +64,20 @@ def library_measurements(spec: TrialSpec, target_model, draft, prompt: list[int]
             metrics["drafted_mean"] = g.proposed / g.target_passes
             metrics |= {f"drafted_len_{j}": lengths.get(j, 0) / g.target_passes for j in range(0, k + 1)}
 
-        def baseline():
-            return loop.baseline(prompt, n, seed)
+        def baseline(i: int):
+            return lambda: loop.baseline(ids[i], prompts[i].n_chars, seed)
 
-        def speculate():
-            return loop.speculative(prompt, n, seed)
+        def speculate(i: int):
+            return lambda: loop.speculative(ids[i], prompts[i].n_chars, seed)
         t = spec.timing
         with timed_phase():
-            metrics.update(library_cost(loop, prompt, k, t.cost_reps, 7, spec.device, base_run=(baseline, n),
-                                        drafted=drafted, **t.cost_options))
-            timing = paired_timing(baseline, speculate, t.pairs, spec.device, **t.pair_options)
+            metrics.update(library_cost(loop, ids[0], k, t.cost_reps, 7, spec.device,
+                                        base_run=(baseline(0), prompts[0].n_chars), drafted=drafted, **t.cost_options))
+            timing = paired_workload_timing([baseline(i) for i in range(len(ids))], [speculate(i) for i in range(len(ids))],
+                                            t.pairs, spec.device, **t.pair_options)
         metrics.update(timing.summary())
         per_pass = g.proposed / g.target_passes
-        metrics["predicted_speedup"] = metrics["chars_per_pass"] / (1 + per_pass * metrics["c"])
-        return metrics, timing, g.tokens
+        metrics["predicted_speedup"] = seed_speedup(metrics["chars_per_pass"], per_pass, metrics["c"])
+        return metrics, timing, gens
     finally:
         loop.close()

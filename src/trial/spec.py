@@ -24,6 +24,7 @@ from ..engine.timing import cost_round_options, timing_options
 from ..engine.train import TrainConfig
 from ..engine.tree import check_widths, max_nodes
 from ..paths import REPO
+from .workload import WorkloadSpec, workload_spec
 
 
 @dataclass(frozen=True)
@@ -99,17 +100,23 @@ class TrialSpec:
     engine: EngineSpec
     exactness_samples: int | None  # the seed's first-char TVD check: its samples, None when off
     batch: int = 1               # sequences decoded together (src/engine/batch.py); 1: one sequence
-    batch_prompts: str = "same"  # same: every sequence from `prompt`; validation: windows of the validation split
     policy: PolicySpec = FIXED_POLICY  # the draft-length policy; k is its cap
+    workload: WorkloadSpec | None = None  # the prompts (src/trial/workload.py); None: `prompt` alone (single)
+
+    def __post_init__(self):
+        if self.workload is None:   # a spec built by hand: the single workload of its prompt
+            object.__setattr__(self, "workload", workload_spec({"name": "single"}, self.prompt, self.n_chars))
 
     @property
     def label(self) -> str:
         """The cell as a run is named: <draft>-k<k>-s<seed>, a tree's <draft>-tree<widths>-s<seed>,
-        a batch's <draft>-k<k>-b<B>-s<seed>, an adaptive policy's <draft>-<policy>-k<cap>-s<seed>."""
+        a batch's <draft>-k<k>-b<B>-s<seed>, an adaptive policy's <draft>-<policy>-k<cap>-s<seed>, a
+        workload's other than single <draft>-k<k>-<workload>-s<seed>."""
         shape = f"tree{tree_label(self.tree)}" if self.tree else f"k{self.k}"
         batch = f"-b{self.batch}" if self.batch > 1 else ""
         policy = f"-{self.policy.name}" if self.policy.name != "fixed" else ""
-        return f"{self.draft.name}{policy}-{shape}{batch}-s{self.seed}"
+        workload = f"-{self.workload.name}" if self.workload.name != "single" else ""
+        return f"{self.draft.name}{policy}-{shape}{batch}{workload}-s{self.seed}"
 
     @property
     def drafted_per_pass(self) -> int:
@@ -443,13 +450,13 @@ def trial_spec(config) -> TrialSpec:
         if not torch.cuda.is_available():
             raise SpecsweepError(f"device={device}: this torch sees no CUDA device (a CPU build, or no GPU); "
                                  "use device=cpu")
-    need = len(prompt) + n_chars + k
-    if need > target.model["block_size"]:
-        raise SpecsweepError(f"prompt ({len(prompt)}) + n_chars ({n_chars}) + k ({k}) = {need} chars "
-                             f"exceeds the model's context window of {target.model['block_size']}")
+    workload = workload_spec(c.sub("workload").node, prompt, n_chars, repo_path)
+    need = workload.longest + k
+    if not is_folder_model(target.model):   # a model from a folder counts tokens: src/trial/checks.py
+        check_window(workload, k, target.model["block_size"])
     draft = draft_spec(c.sub("draft").node, config)
     check_draft(draft, target, k, need)
-    batch, batch_prompts = batch_settings(c, tree, engine, draft)
+    batch = batch_settings(c, tree, engine, draft, workload)
     check_folder_target(target, draft, engine, tree, batch)
     policy = policy_spec(c.sub("policy").node, tree, batch)
     check_library(engine, draft, tree, policy)
@@ -462,7 +469,33 @@ def trial_spec(config) -> TrialSpec:
                      temperature=temperature, prompt=prompt, threads=integer("threads", c["threads"], 1),
                      device=device, timing=timing_spec(c.sub("timing").node), engine=engine,
                      exactness_samples=samples if boolean("exactness.enabled", e["enabled"]) else None,
-                     batch=batch, batch_prompts=batch_prompts, policy=policy)
+                     batch=batch, policy=policy, workload=workload)
+
+
+def check_window(workload: WorkloadSpec, k: int, window: int, unit: str = "chars", lengths=None) -> None:
+    """Every prompt + its n_chars + k must fit the model's context window (lengths: the prompts'
+    lengths in the model's tokens, where they are not their chars); refused in one sentence that
+    names the longest prompt."""
+    from .workload import Prompt
+    if workload.prompts is None:   # drawn from the corpus: its sizes are the config's
+        o = workload.options
+        size = workload.longest - o["n_chars"]
+        what = (f"workload={workload.name}: prompt_chars ({size})" if workload.name == "validation" else
+                f"workload=copy: passage_chars + 2 + restart_chars ({size})")
+        need = size + o["n_chars"] + k
+        if need > window:
+            raise SpecsweepError(f"{what} + n_chars ({o['n_chars']}) + k ({k}) = {need} {unit} exceeds the model's "
+                                 f"context window of {window}: lower workload.n_chars or the prompts' size")
+        return
+    lengths = lengths or [len(p.text) for p in workload.prompts]
+    need, i = max((n + p.n_chars + k, i) for i, (n, p) in enumerate(zip(lengths, workload.prompts)))
+    if need <= window:
+        return
+    p: Prompt = workload.prompts[i]
+    name = "prompt" if p.where == "the prompt" else f"the longest prompt ({p.where})"
+    raise SpecsweepError(f"{name} ({lengths[i]} {unit}) + n_chars ({p.n_chars}) + k ({k}) = {need} {unit} exceeds the "
+                         f"model's context window of {window}" + ("" if p.where == "the prompt" else
+                                                                   ": shorten it or use a model with a longer window"))
 
 
 LIBRARY_POLICIES = ("fixed", "heuristic", "confidence")   # those with a counterpart in transformers
@@ -525,25 +558,26 @@ def policy_spec(node, tree, batch: int) -> PolicySpec:
     return PolicySpec(name, options)
 
 
-BATCH_PROMPTS = ("same", "validation")
-
-
-def batch_settings(c: _Reader, tree, engine: EngineSpec, draft: DraftSpec) -> tuple[int, str]:
-    """(batch, batch_prompts), refused in one line where a batch cannot run: a tree, the
-    transformers engine (its loop takes one sequence) or a draft that cannot draft for a batch (heads)."""
+def batch_settings(c: _Reader, tree, engine: EngineSpec, draft: DraftSpec, workload: WorkloadSpec) -> int:
+    """The batch size, refused in one line where a batch cannot run: a tree, the transformers
+    engine (its loop takes one sequence), a draft that cannot draft for a batch (heads), or a
+    workload whose prompts generate different lengths (a batch's rows generate n_chars each)."""
     batch = integer("batch", c["batch"], 1)
-    prompts = c["batch_prompts"]
-    if prompts not in BATCH_PROMPTS:
-        raise SpecsweepError(f"batch_prompts must be one of {', '.join(BATCH_PROMPTS)}, got {prompts!r}")
     if batch == 1:
-        return batch, prompts
+        return batch
     if tree is not None:
         raise SpecsweepError(f"batch={batch} decodes chains only: use verify=chain (or batch=1 for a tree)")
     if engine.name == "transformers":
         raise SpecsweepError(f"batch={batch}: engine={engine.name} runs one sequence; use engine=eager, compiled or onnx")
     if not getattr(draft_class(draft.cls), "batched", False):
         raise SpecsweepError(f"batch={batch}: draft {draft.name!r} drafts one sequence at a time; use batch=1")
-    return batch, prompts
+    if workload.prompts is not None and len({p.n_chars for p in workload.prompts}) > 1:
+        raise SpecsweepError(f"batch={batch}: the workload's prompts ask for different lengths (n_chars), and a "
+                             "batch's rows generate one length: give every prompt one n_chars, or use batch=1")
+    if workload.prompts is not None and len({len(p.text) for p in workload.prompts}) > 1:
+        raise SpecsweepError(f"batch={batch}: the workload's prompts have different lengths, and a batch here starts "
+                             "its rows in lockstep from prompts of one length: use batch=1 for this workload")
+    return batch
 
 
 def check_draft(draft: DraftSpec, target: TargetSpec, k: int, need: int) -> None:

@@ -10,23 +10,26 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import partial
 
 import torch
 
-from ..engine.decode import generate_baseline, generate_speculative
+from ..engine.decode import generate_baseline, generate_speculative, pooled
 from ..engine.engines import Engine
 from ..engine.formula import seed_speedup
 from ..engine.measure import exactness_check, measure_cost
 from ..engine.replay import ProposalRecorder, ReplayDraft
-from ..engine.timing import PairedTiming, paired_timing
+from ..engine.timing import PairedTiming, paired_workload_timing
 from ..engine.tree import generate_tree, max_nodes
-from .batched import batch_measurements, batch_prompts, sequence_rows
+from .batched import batch_measurements
 from .policies import build_policy
 from .checks import check_inputs
 from .library import library_measurements
 from .load import TargetSource, build_draft, draft_model_key, load_target
+from .per_category import category_metrics, prompt_rows
 from .timing_lock import timing_lock
 from .spec import TrialSpec, tree_label
+from .workload import Prompt, digest, workload_prompts
 
 log = logging.getLogger(__name__)
 
@@ -35,9 +38,10 @@ log = logging.getLogger(__name__)
 class TrialResult:
     metrics: dict                 # flat name -> number, everything a sweep compares
     timing: PairedTiming          # raw per-pair times
-    text: str                     # the speculative run's generated chars (a batch's first sequence)
-    info: dict = field(default_factory=dict)  # target key, draft facts, ...
+    text: str                     # the speculative run's generated chars (the first prompt's; a batch's first sequence)
+    info: dict = field(default_factory=dict)  # target key, draft facts, the workload, ...
     sequences: list[dict] = field(default_factory=list)  # batch > 1: per sequence, its counters
+    prompts: list[dict] = field(default_factory=list)    # per prompt of the workload: its counters and times
 
 
 def free_loop_run(speculate, recorder: ProposalRecorder, g):
@@ -90,23 +94,23 @@ def run_trial(spec: TrialSpec, source: TargetSource | None = None, progress: boo
     engine = Engine(spec.engine.name, spec.engine.mode, spec.engine.options, spec.target.data.cache_dir / "compiled")
     model = engine.wrap(target.model)
     engine.wrap_draft(draft)
-    prompt = target.tokenizer.encode(spec.prompt).tolist()
+    prompts = trial_prompts(spec, corpus)
+    ids = [target.tokenizer.encode(p.text).tolist() for p in prompts]
 
     def timed_phase():
         return lock if lock is not None else timing_lock(spec.timing)
     sequences = []
     if spec.engine.name == "transformers":   # both arms through transformers' generate
-        metrics, timing, tokens = library_measurements(spec, target.model, draft, prompt, timed_phase)
-        text = target.tokenizer.decode(tokens)
+        metrics, timing, gens = library_measurements(spec, target.model, draft, prompts, ids, timed_phase)
     elif spec.batch > 1:
-        prompts = batch_prompts(spec, corpus, target.tokenizer)
-        metrics, timing, g = batch_measurements(spec, model, draft, prompts, timed_phase)
-        text = target.tokenizer.decode(g.tokens[0])
-        sequences = sequence_rows(g, prompts, target.tokenizer.decode)
+        metrics, timing, gens, sequences = batch_measurements(spec, model, draft, prompts, ids, timed_phase,
+                                                              target.tokenizer.decode)
     else:
-        metrics, timing, tokens = sequence_measurements(spec, model, draft, prompt, timed_phase, target.key,
-                                                        eager=target.model)
-        text = target.tokenizer.decode(tokens)
+        metrics, timing, gens = sequence_measurements(spec, model, draft, prompts, ids, timed_phase, target.key,
+                                                      eager=target.model)
+    text = target.tokenizer.decode(gens[0].tokens)
+    per_prompt = spec.batch == 1   # a batch times its batches, not its prompts: counters per category only
+    metrics.update(category_metrics(prompts, gens, timing if per_prompt else None, metrics["c"], timing.level))
     # loop overhead left after the measured components, per pass (used by the cost models)
     passes = metrics["target_passes"]
     metrics["overhead_us_per_pass"] = (metrics["speculative_s_median"] * 1e6 - passes * metrics["verify_pass_us"]
@@ -115,17 +119,23 @@ def run_trial(spec: TrialSpec, source: TargetSource | None = None, progress: boo
     if compiled:  # compilation ran in the untimed runs (counters, warm-ups): its time, apart
         metrics["compile_s"] = sum(c["compile_s"] for c in compiled.values())
         metrics["compiled_graphs"] = sum(c["graphs"] for c in compiled.values())
-    if spec.exactness_samples is not None:
-        metrics.update(exactness_check(model, draft, prompt, spec.temperature, spec.exactness_samples, spec.seed,
+    if spec.exactness_samples is not None:   # on the workload's first prompt
+        metrics.update(exactness_check(model, draft, ids[0], spec.temperature, spec.exactness_samples, spec.seed,
                                        tree_widths=spec.tree))
-    info = {"target_key": target.key, "target_val_loss": target.val_loss, "verify": "chain" if spec.tree is None
+    info = {"workload": spec.workload.name, "workload_digest": digest(prompts),
+            "target_key": target.key, "target_val_loss": target.val_loss, "verify": "chain" if spec.tree is None
             else f"tree {tree_label(spec.tree)} ({max_nodes(spec.tree)} nodes)",
             "target_params": model.n_params(), "draft": draft.name, "engine": engine.name,
             **{f"engine_fallback.{label}": c["fallback"] for label, c in compiled.items() if c["fallback"]}, **{f"draft_{a}": b for a, b in draft.describe().items()}}
     model_key = draft_model_key(spec.draft, corpus)
     if model_key is not None:  # a model draft: which trained target drafted (a tag `info.draft_model_key`)
         info["draft_model_key"] = model_key
-    return TrialResult(metrics, timing, text, info, sequences)
+    return TrialResult(metrics, timing, text, info, sequences, prompt_rows(prompts, gens, timing if per_prompt else None))
+
+
+def trial_prompts(spec: TrialSpec, corpus) -> list[Prompt]:
+    """The trial's workload: its prompts, the built-in ones drawn from the corpus's validation split."""
+    return workload_prompts(spec.workload, corpus.split(spec.target.train.val_fraction)[1])
 
 
 def policy_counters(g, k: int) -> dict:
@@ -140,43 +150,49 @@ def policy_counters(g, k: int) -> dict:
     return m
 
 
-def sequence_measurements(spec: TrialSpec, model, draft, prompt: list[int], timed_phase, target_key: str,
-                          eager):
-    """One sequence (batch 1): the counters of the trial's loop (chain or tree, its draft-length
-    policy), its component costs and paired timing. timed_phase() gives the lock held around each
-    timed phase; eager: the target's own model (`model` is it on the trial's engine; the cost
-    policy calibrates on it). Returns (metrics, PairedTiming, the counter run's chars)."""
-    device, k, n, T = spec.device, spec.k, spec.n_chars, spec.temperature
+def sequence_measurements(spec: TrialSpec, model, draft, prompts: list[Prompt], ids: list[list[int]], timed_phase,
+                          target_key: str, eager):
+    """One sequence at a time (batch 1), over the workload's prompts: the counters of the trial's
+    loop (chain or tree, its draft-length policy) on every prompt, pooled; the component costs
+    (and a cost policy's calibration, and the free loop) on the first prompt; the paired timing
+    over the workload (src/engine/timing.py: paired_workload_timing). timed_phase() gives the
+    lock held around each timed phase; eager: the target's own model (`model` is it on the
+    trial's engine; the cost policy calibrates on it). Returns (metrics, PairedTiming, each
+    prompt's counter run)."""
+    device, k, T = spec.device, spec.k, spec.temperature
     widths = spec.tree
 
     def new_gen():
         return torch.Generator(device=device).manual_seed(spec.seed)
 
-    def baseline():
-        return generate_baseline(model, prompt, n, T, new_gen())
+    def baseline(i: int):
+        return lambda: generate_baseline(model, ids[i], prompts[i].n_chars, T, new_gen())
 
-    policy = build_policy(spec, model, draft, prompt, target_key, (baseline, n), timed_phase, eager)
+    policy = build_policy(spec, model, draft, ids[0], target_key, (baseline(0), prompts[0].n_chars), timed_phase, eager)
 
-    def speculate(track_overlap=True, with_draft=draft):
-        """One run of the trial's loop from its seed (with_draft: the draft, or a stand-in for it)."""
+    def speculate(i: int, track_overlap=True, with_draft=draft):
+        """One run of the trial's loop on prompt i from its seed (with_draft: the draft, or a stand-in for it)."""
+        n = prompts[i].n_chars
         if widths is None:
-            return generate_speculative(model, with_draft, prompt, n, k, T, new_gen(), track_overlap=track_overlap,
+            return generate_speculative(model, with_draft, ids[i], n, k, T, new_gen(), track_overlap=track_overlap,
                                         policy=policy)
-        return generate_tree(model, with_draft, prompt, n, widths, T, new_gen(), track_overlap=track_overlap)
+        return generate_tree(model, with_draft, ids[i], n, widths, T, new_gen(), track_overlap=track_overlap)
 
     # deterministic counters: exact given the seed; a chain's proposals recorded for the free loop,
     # which is timed with the baseline loop and the components (the cost model's loop times)
     if widths is None and spec.timing.free_loop:
-        g, loops = recorded_loops(speculate, baseline, n, draft)
+        first, loops = recorded_loops(partial(speculate, 0), baseline(0), prompts[0].n_chars, draft)
     else:
-        g, loops = speculate(), None
+        first, loops = speculate(0), None
+    gens = [first] + [speculate(i) for i in range(1, len(prompts))]
+    g = pooled(gens)
     metrics = {
         "acceptance": g.accepted / g.proposed,
         "position_acceptance": g.accepted / g.tested,
         "analytic_acceptance": g.overlap_sum / g.tested,
         "chars_per_pass": g.chars_emitted / g.target_passes,
         "target_passes": g.target_passes,
-        "baseline_passes": n,
+        "baseline_passes": sum(p.n_chars for p in prompts),
         "draft_calls": g.draft_calls,
         "proposed": g.proposed,
         "accepted": g.accepted,
@@ -197,9 +213,11 @@ def sequence_measurements(spec: TrialSpec, model, draft, prompt: list[int], time
 
     t = spec.timing
     with timed_phase():
-        metrics.update(measure_cost(model, draft, prompt, k, T, t.cost_reps, device, tree_widths=widths,
+        metrics.update(measure_cost(model, draft, ids[0], k, T, t.cost_reps, device, tree_widths=widths,
                                     loops=loops, drafted=drafted, **t.cost_options))
-        timing = paired_timing(baseline, lambda: speculate(track_overlap=False), t.pairs, device, **t.pair_options)
+        timing = paired_workload_timing([baseline(i) for i in range(len(prompts))],
+                                        [lambda i=i: speculate(i, track_overlap=False) for i in range(len(prompts))],
+                                        t.pairs, device, **t.pair_options)
     metrics.update(timing.summary())
     metrics["predicted_speedup"] = seed_speedup(metrics["chars_per_pass"], per_pass, metrics["c"])
-    return metrics, timing, g.tokens
+    return metrics, timing, gens

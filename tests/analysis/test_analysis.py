@@ -208,17 +208,18 @@ def test_a_cell_is_its_columns_and_its_label_is_built_from_them():
                         "params.tree_widths": [None, "2-1", None, None],
                         "params.engine.name": ["eager", "compiled", "onnx", None],
                         "params.batch": ["1", "1", "16", None],
-                        "params.policy.name": ["fixed", "fixed", "heuristic", None]})
+                        "params.policy.name": ["fixed", "fixed", "heuristic", None],
+                        "params.workload": ["single", "single", "validation", None]})
     got = tidy_runs(raw)
-    assert got[CELL_PARTS].values.tolist() == [["ngram", "", "fixed", "", "eager", 1],
-                                               ["ngram", "", "fixed", "2-1", "compiled", 1],
-                                               ["ngram", "", "heuristic", "", "onnx", 16],
-                                               ["bigram", "", "fixed", "", "eager", 1]]   # an old run: defaults
-    assert got["draft"].tolist() == ["ngram", "ngram+tree2-1@compiled", "ngram~heuristic@onnx@B16", "bigram"]
-    assert cell_labels(got, leave_out=("engine", "batch")).tolist() == ["ngram", "ngram+tree2-1", "ngram~heuristic",
-                                                                        "bigram"]
+    assert got[CELL_PARTS].values.tolist() == [["ngram", "", "fixed", "", "eager", 1, "single"],
+                                               ["ngram", "", "fixed", "2-1", "compiled", 1, "single"],
+                                               ["ngram", "", "heuristic", "", "onnx", 16, "validation"],
+                                               ["bigram", "", "fixed", "", "eager", 1, "single"]]   # an old run: defaults
+    assert got["draft"].tolist() == ["ngram", "ngram+tree2-1@compiled", "ngram~heuristic@onnx@B16#validation", "bigram"]
+    assert cell_labels(got, leave_out=("engine", "batch", "workload")).tolist() == [
+        "ngram", "ngram+tree2-1", "ngram~heuristic", "bigram"]
     moved = got.assign(engine=["eager", "eager", "compiled", "eager"])   # a column changed: the label follows
-    assert cell_labels(moved).tolist()[1:3] == ["ngram+tree2-1", "ngram~heuristic@compiled@B16"]
+    assert cell_labels(moved).tolist()[1:3] == ["ngram+tree2-1", "ngram~heuristic@compiled@B16#validation"]
 
 
 def test_speedup_table_verdicts_and_timing_flags(report):

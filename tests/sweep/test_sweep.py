@@ -105,7 +105,8 @@ def test_smoke_multirun_logs_one_parent_and_finished_children(smoke_stores):
             assert r.data.tags.get(tag), tag
         assert all(p in r.data.params for p in REQUIRED_PARAMS)
         assert all(m in r.data.metrics for m in REQUIRED_METRICS)
-        assert {a.path for a in client.list_artifacts(r.info.run_id)} == {"pairs.csv", "config.yaml", "sample.txt"}
+        assert {a.path for a in client.list_artifacts(r.info.run_id)} == {"pairs.csv", "config.yaml", "sample.txt",
+                                                                         "prompts.csv"}
         history = client.get_metric_history(r.info.run_id, "speedup_pair")
         used = int(r.data.metrics["pairs_used"])  # adaptive: 4 pairs at least, 8 at most
         assert 4 <= used <= 8 and sorted(m.step for m in history) == list(range(used))
