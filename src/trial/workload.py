@@ -55,7 +55,8 @@ class Prompt:
     text: str
     category: str
     n_chars: int        # chars (a model from a folder: tokens) to generate after it
-    where: str          # how a refusal names it: "the prompt", "line 7 of FILE", "window 3"
+    where: str          # how a refusal names it: "the prompt", "line 7 of FILE", "verse window 3"
+    offset: int | None = None   # a built-in prompt's first char in the validation split
 
 
 @dataclass(frozen=True)
@@ -263,14 +264,14 @@ def validation_prompts(val: str, per_category: int, prompt_chars: int, n_chars: 
     draw_windows(val, span, per_category * len(LAYOUT), seed, accept)
     out = []
     for c in LAYOUT:
-        out += [Prompt(val[s:s + prompt_chars], c, n_chars, f"{c} window {i + 1}") for i, s in enumerate(chosen[c])]
+        out += [Prompt(val[s:s + prompt_chars], c, n_chars, f"{c} window {i + 1}", s) for i, s in enumerate(chosen[c])]
     return out
 
 
 def copy_prompts(val: str, prompts: int, passage_chars: int, restart_chars: int, n_chars: int, seed: int) -> list[Prompt]:
     """`prompts` passages, each shown, then a blank line, then its first restart_chars again."""
     starts = draw_windows(val, passage_chars, prompts, seed, lambda s: True)
-    return [Prompt(val[s:s + passage_chars] + "\n\n" + val[s:s + restart_chars], "copy", n_chars, f"passage {i + 1}")
+    return [Prompt(val[s:s + passage_chars] + "\n\n" + val[s:s + restart_chars], "copy", n_chars, f"passage {i + 1}", s)
             for i, s in enumerate(starts)]
 
 

@@ -41,6 +41,12 @@ def world(tmp_path_factory):
     (root / "short.txt").write_text("the cat sat. " * 10)
     (root / "binary.bin").write_bytes(bytes(range(256)) * 100)
     (root / "not_a_db.db").write_text("hello")
+    workloads = {"empty.jsonl": "\n\n", "bad.jsonl": '{"prompt": "the cat "}\n{"prompt": "the dog\n',
+                 "noprompt.jsonl": '{"question_id": 1, "category": "a"}\n', "outside.jsonl": '{"prompt": "XYZ"}\n',
+                 "long.jsonl": '{"prompt": "the cat "}\n{"prompt": "' + "the cat " * 20 + '", "category": "b"}\n',
+                 "ragged.jsonl": '{"prompt": "the cat "}\n{"prompt": "the dog sat "}\n'}
+    for name, text in workloads.items():
+        (root / name).write_text(text)
     os.mkfifo(root / "fifo")
     plugins = root / "plugins"
     plugins.mkdir()
@@ -135,6 +141,26 @@ CASES = [  # (id, multirun, args, message)
      "engine.options.cpp_wrapper must be a bool"),
     pytest.param("cuda without CUDA", False, ["device=cuda"], "sees no CUDA device",
                  marks=pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")),
+    ("unknown workload", False, ["workload=nosuch"], "unknown workload 'nosuch'"),
+    ("workload: no file named", False, ["workload=file"], "workload=file needs workload.path=FILE"),
+    ("workload: missing file", False, ["workload=file", "workload.path=/nonexistent/p.jsonl"], "no such file"),
+    ("workload: a folder", False, ["workload=file", "workload.path={world}"], "is not a regular file"),
+    ("workload: empty file", False, ["workload=file", "workload.path={world}/empty.jsonl"], "holds no prompts"),
+    ("workload: a line that is not JSON", False, ["workload=file", "workload.path={world}/bad.jsonl"],
+     "line 2 of bad.jsonl is not JSON"),
+    ("workload: a line without a prompt", False, ["workload=file", "workload.path={world}/noprompt.jsonl"],
+     'line 1 of noprompt.jsonl has neither "prompt" nor "turns"'),
+    ("workload: a prompt outside the corpus", False, ["workload=file", "workload.path={world}/outside.jsonl"],
+     "line 1 of outside.jsonl: its prompt has chars 'XYZ'"),
+    ("workload: a prompt longer than the context", False, ["workload=file", "workload.path={world}/long.jsonl"],
+     "the longest prompt (line 2 of long.jsonl) (160 chars) + n_chars (32) + k (4) = 196 chars exceeds"),
+    ("workload: built-in windows past the context", False, ["workload=validation"],
+     "workload=validation: prompt_chars (96) + n_chars (80) + k (4) = 180 chars exceeds the model's context window"),
+    ("workload: a batch of prompts of two lengths", False, ["workload=file", "workload.path={world}/ragged.jsonl",
+                                                            "draft=bigram", "batch=2"], "have different lengths"),
+    ("workload: a validation split without room for a window", False,
+     ["workload=validation", "workload.prompt_chars=20", "workload.n_chars=20", "data.path={world}/short.txt",
+      "prompt=the", "model.block_size=64"], "the validation split (13 chars) is shorter than one workload window"),
     ("sweep: a cell twice", True, ["k=1,1"], "are the same cell (k=1)"),
     ("sweep: n_jobs=0", True, ["k=1,2", "hydra.launcher.n_jobs=0"], "hydra.launcher.n_jobs must be"),
     ("sweep: one bad k", True, ["k=1,0"], "trial #1 (k=0): k must be an integer >= 1"),
@@ -149,6 +175,8 @@ CASES = [  # (id, multirun, args, message)
     ("sweep: cluster launcher, host-local store", True, ["k=1,2", "hydra/launcher=submitit_slurm"],
      "cannot reach the host-local store"),
     ("sweep: malformed sweep", True, ["k=1,2", "seed=range("], "bad override 'seed=range('"),
+    ("sweep: one workload's prompt outside the corpus", True,
+     ["k=1,2", "workload=file", "workload.path={world}/outside.jsonl"], "its prompt has chars 'XYZ'"),
 ]
 
 
