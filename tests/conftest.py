@@ -289,6 +289,24 @@ class ZeroedBigram(BigramDraft):
         self.log_q = torch.log_softmax(self.log_q, -1)
 
 
+@pytest.fixture(scope="session")
+def two_category_prompts(tiny, tmp_path_factory) -> list[torch.Tensor]:
+    """The prompts of a two-category workload (workload=file, read and drawn as a trial reads them),
+    encoded: the config's prompt (category `short`) and a 40-char window of the validation split
+    (category `window`). The exactness tests run over it."""
+    import json
+    from src.trial.trial import trial_prompts
+    cfg, corpus, target = tiny
+    window = corpus.split(0.1)[1][100:140]
+    path = tmp_path_factory.mktemp("workload") / "two.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in (
+        {"prompt": cfg.prompt, "category": "short"}, {"prompt": window, "category": "window"})))
+    spec = trial_spec(compose_cfg(cfg.data.path, cfg.data.cache_dir, "workload=file", f"workload.path={path}"))
+    prompts = trial_prompts(spec, corpus)
+    assert [p.category for p in prompts] == ["short", "window"]
+    return [target.tokenizer.encode(p.text) for p in prompts]
+
+
 @pytest.fixture
 def zeroed(tiny):
     """(draft, zero_ids, prompt): a bigram with q = 0 on "aeot", all chars the target gives mass to."""

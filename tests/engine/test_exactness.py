@@ -104,13 +104,20 @@ def position_p_values(chars, emitted, p_exact):
     return out
 
 
+def simulate_workload(target, draft, prompts, k, temperature, gen, accept=production_accept):
+    """`simulate_steps` over a workload: the B steps split evenly over its prompts, pooled (each
+    draw's exact p is its own prompt's, so the chi-square holds every prompt of every category)."""
+    parts = [simulate_steps(target, draft, p, k, temperature, gen, accept, n=B // len(prompts)) for p in prompts]
+    return tuple(torch.cat(x) for x in zip(*parts))
+
+
 @pytest.mark.parametrize("k", [1, 2, pytest.param(4, marks=pytest.mark.slow), pytest.param(8, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("name", DRAFT_NAMES)
-def test_every_position_has_the_target_distribution(tiny, drafts, name, k):
-    cfg, _, target = tiny
-    prompt = target.tokenizer.encode(cfg.prompt)
+def test_every_position_has_the_target_distribution(tiny, drafts, two_category_prompts, name, k):
+    """Over a workload of two categories (the config's prompt; a window of the validation split)."""
+    _, _, target = tiny
     gen = torch.Generator().manual_seed(100 + k)
-    chars, emitted, p_exact = simulate_steps(target.model, drafts[name], prompt, k, 1.0, gen)
+    chars, emitted, p_exact = simulate_workload(target.model, drafts[name], two_category_prompts, k, 1.0, gen)
     results = position_p_values(chars, emitted, p_exact)
     assert results[0][0] == 1 and len(results) >= min(k + 1, 3)   # the first positions are always tested
     if k <= 2:  # every draft reaches the bonus position often enough at small k to test it
@@ -120,10 +127,10 @@ def test_every_position_has_the_target_distribution(tiny, drafts, name, k):
 
 
 @pytest.mark.parametrize("name", by_speed(DRAFT_NAMES))
-def test_exact_at_another_temperature(tiny, drafts, name):
-    cfg, _, target = tiny
-    prompt = target.tokenizer.encode(cfg.prompt)
-    chars, emitted, p_exact = simulate_steps(target.model, drafts[name], prompt, 4, 0.7, torch.Generator().manual_seed(7))
+def test_exact_at_another_temperature(tiny, drafts, two_category_prompts, name):
+    _, _, target = tiny
+    chars, emitted, p_exact = simulate_workload(target.model, drafts[name], two_category_prompts, 4, 0.7,
+                                                torch.Generator().manual_seed(7))
     for m, pv in position_p_values(chars, emitted, p_exact):
         assert pv > ALPHA, f"{name} T=0.7: position {m} p = {pv:.2e}"
 
@@ -140,11 +147,10 @@ def test_draft_with_zeros_where_target_has_mass_stays_exact(tiny, zeroed):
 
 
 @pytest.mark.parametrize("broken,positions", [(broken_resample_from_p, {1}), (broken_no_stop, {2, 3, 4})])
-def test_negative_controls_are_rejected(tiny, drafts, broken, positions):
-    cfg, _, target = tiny
-    prompt = target.tokenizer.encode(cfg.prompt)
-    chars, emitted, p_exact = simulate_steps(target.model, drafts["bigram"], prompt, 4, 1.0,
-                                             torch.Generator().manual_seed(11), accept=broken)
+def test_negative_controls_are_rejected(tiny, drafts, two_category_prompts, broken, positions):
+    _, _, target = tiny
+    chars, emitted, p_exact = simulate_workload(target.model, drafts["bigram"], two_category_prompts, 4, 1.0,
+                                                torch.Generator().manual_seed(11), accept=broken)
     p_values = dict(position_p_values(chars, emitted, p_exact))
     assert min(p_values[m] for m in positions) < 1e-6, f"{broken.__name__} was not caught: {p_values}"
 
