@@ -101,6 +101,9 @@ def trial_block(spec: TrialSpec, r: TrialResult) -> str:
         lines.insert(6, f"library loop      plain generate {m['base_pass_us']:.0f} us/char ({m['target_per_base']:.2f} of it "
                         f"the one-char pass); loop work {m['overhead_us_per_pass']:.0f} us/pass beyond verify and "
                         f"drafting; assistant forwards {m['assistant_forwards']:.0f}")
+    lines.insert(6, f"memory            target {m['memory_target_bytes'] / 2**20:.1f} MiB, draft "
+                    f"{m['memory_draft_bytes'] / 2**20:.1f} MiB (weights, caches, tables); process peak "
+                    f"{m['peak_rss_bytes'] / 2**20:.0f} MiB")
     if "compile_s" in m:
         lines.insert(6, f"compiled          {m['compiled_graphs']:.0f} graphs in {m['compile_s']:.1f} s (untimed: the "
                         f"counter run and the warm-ups)")

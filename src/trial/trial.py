@@ -18,6 +18,7 @@ from ..engine.decode import generate_baseline, generate_speculative, pooled
 from ..engine.engines import Engine
 from ..engine.formula import seed_speedup
 from ..engine.measure import exactness_check, measure_cost
+from ..engine.memory import held_bytes, peak_rss_bytes
 from ..engine.replay import ProposalRecorder, ReplayDraft
 from ..engine.timing import PairedTiming, paired_workload_timing
 from ..engine.tree import generate_tree, max_nodes
@@ -115,6 +116,11 @@ def run_trial(spec: TrialSpec, source: TargetSource | None = None, progress: boo
     passes = metrics["target_passes"]
     metrics["overhead_us_per_pass"] = (metrics["speculative_s_median"] * 1e6 - passes * metrics["verify_pass_us"]
                                        - metrics["proposed"] * metrics["draft_char_us"]) / passes
+    # memory held after the runs (the caches at their largest): the target's and the draft's own
+    metrics["memory_target_bytes"] = held_bytes(model)
+    metrics["memory_draft_bytes"] = held_bytes(draft, exclude=model)
+    metrics["memory_bytes"] = metrics["memory_target_bytes"] + metrics["memory_draft_bytes"]
+    metrics["peak_rss_bytes"] = peak_rss_bytes()
     compiled = engine.compile_report()
     if compiled:  # compilation ran in the untimed runs (counters, warm-ups): its time, apart
         metrics["compile_s"] = sum(c["compile_s"] for c in compiled.values())
