@@ -59,6 +59,28 @@ def speedup_vs_batch(rows: pd.DataFrame):
     return fig
 
 
+def speedup_by_category(frame: pd.DataFrame, workload: str):
+    """`frame`: analysis/workloads.py's category_frame. One panel per category of `workload` (and
+    overall): each cell's speedup against k, its interval as error bars, a line at 1.0."""
+    f = frame[(frame["workload"] == workload) & frame["speedup"].notna()]
+    categories = list(dict.fromkeys(f["category"]))
+    cells = sorted(f["cell"].unique())
+    fig, axes = plt.subplots(1, len(categories), figsize=(3.6 * len(categories), 3.8), sharey=True, squeeze=False)
+    for ax, category in zip(axes[0], categories):
+        for cell, g in f[f["category"] == category].groupby("cell", sort=True):
+            g = g.sort_values("k")
+            err = np.vstack([g["speedup"] - g["lo"], g["hi"] - g["speedup"]])
+            ax.errorbar(g["k"], g["speedup"], yerr=err, fmt="o-", capsize=3, color=f"C{cells.index(cell)}", label=cell)
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.set_xscale("log", base=2)
+        ks = sorted(f["k"].unique())
+        ax.set_xticks(ks, [str(k) for k in ks])
+        ax.set(xlabel="k", title=category)
+    axes[0][0].set_ylabel(f"speedup (total time), workload {workload}")
+    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
+    return fig
+
+
 def acceptance_vs_k(acceptance: pd.DataFrame):
     """`acceptance`: the acceptance table's frame (draft, k, acceptance, per-position acceptance)."""
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -123,8 +145,15 @@ def pays_map(inputs, ks, grid: int = 241):
         dy = (-12 if at[1] > 0.6 else 12) * (i + 1)                               # one row per draft, off the edge
         ax.annotate(label, at, textcoords="offset points", xytext=(-150 if at[0] > 0.6 else 10, dy), fontsize=7,
                     arrowprops={"arrowstyle": "-", "color": color, "lw": 0.6})
+    drafts = sorted(inputs.points["draft"].unique()) if len(inputs.points) else []
+    for draft, g in inputs.categories.groupby("draft", sort=True):   # a workload's categories: where each falls
+        color = f"C{drafts.index(draft)}" if draft in drafts else "black"
+        ax.scatter(g["a"], g["c"], s=30, facecolors="none", edgecolors=color, linewidths=0.9, zorder=3)
+        for r in g.itertuples():
+            ax.annotate(r.category, (r.a, r.c), textcoords="offset points", xytext=(3, 3), fontsize=6, color=color)
     if len(inputs.points):
-        ax.legend(fontsize=7, loc="upper left", title="measured cells", title_fontsize=7)
+        ax.legend(fontsize=7, loc="upper left", title="measured cells (hollow: a workload's categories)",
+                  title_fontsize=7)
     o = inputs.overheads
     ax.set(xlim=(0, 1.0), ylim=(0, 1.2), xlabel="per-position acceptance a",
            ylabel="draft cost c = draft time per char / target pass")

@@ -267,3 +267,34 @@ def combine_sweeps(parts: list[SweepData]) -> SweepData:
                                for f in ("trials", "unplaced", "pairs"))
     kept = set(finished_trials(trials)["run_id"])
     return SweepData(parts[0].sweep, trials, unplaced, pairs[pairs["run_id"].isin(kept)].reset_index(drop=True))
+
+
+PROMPTS_ARTIFACT = "prompts.csv"
+PROMPT_COLUMNS = ["run_id", "prompt", "category", "n_chars", "target_passes", "chars", "baseline_s", "speculative_s",
+                  "baseline_rounds", "speculative_rounds"]
+
+
+def prompt_rows(client: MlflowClient, finished: pd.DataFrame) -> pd.DataFrame:
+    """Long frame of every finished trial's prompts (its prompts.csv artifact: the workload's prompts,
+    their counters and, at batch 1, their times per round), with the trial's cell columns. A trial
+    from before workloads (no such artifact) is left out with a warning; an empty frame when none has one."""
+    import tempfile
+    frames, missing = [], 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for t in finished.itertuples():
+            try:
+                path = client.download_artifacts(t.run_id, PROMPTS_ARTIFACT, tmp)
+            except Exception:   # noqa: BLE001 - an older run without it, or a store without its artifacts
+                missing += 1
+                continue
+            df = pd.read_csv(path, keep_default_na=False, dtype={"category": str, "text": str})
+            df.insert(0, "run_id", t.run_id)
+            frames.append(df)
+    if missing:
+        log.warning("%d finished trials have no %s (run before workloads): left out of the tables per category",
+                    missing, PROMPTS_ARTIFACT)
+    if not frames:
+        return pd.DataFrame(columns=PROMPT_COLUMNS)
+    rows = pd.concat(frames, ignore_index=True)
+    cells = finished[["run_id", "draft", "k", "seed", *(c for c in CELL_PARTS if c in finished)]]
+    return rows.merge(cells, on="run_id", how="inner")

@@ -2,11 +2,12 @@
 
 The map itself (analysis/figures.py: pays_map) is the formula's best chain speedup
 (analysis/formula.py: pays_grid) over per-position acceptance and draft cost, with every chain
-cell of the sweep drawn at its (median acceptance, median c).
+cell of the sweep drawn at its (median acceptance, median c), and for a workload of several
+categories each category's point (its own acceptance, the cell's c).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pandas as pd
 
@@ -24,9 +25,26 @@ class PaysInputs:
     overheads: Overheads
     points: pd.DataFrame      # one chain cell per row: draft, k, a (median per-position acceptance),
                               # c (median), measured (pooled median speedup; NaN without pairs)
+    categories: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=["draft", "k", "category", "a", "c"]))
+                              # a workload's categories of the chain cells: draft, k, category, a (its
+                              # median per-position acceptance), c (the cell's median)
 
     def verify_ratio(self, k):
         return 1.0 + self.b * k
+
+
+def category_points(chain: pd.DataFrame) -> pd.DataFrame:
+    """Per chain cell of a workload of several categories and per category: (median
+    position_acceptance.<category>, median c)."""
+    names = [c.removeprefix("position_acceptance.") for c in chain.columns if c.startswith("position_acceptance.")]
+    rows = []
+    for (draft, k), g in chain.groupby(["draft", "k"], sort=True):
+        present = [n for n in names if g[f"position_acceptance.{n}"].notna().any()]
+        if len(present) < 2:   # one category: the cell's own point
+            continue
+        rows += [{"draft": draft, "k": k, "category": n, "a": g[f"position_acceptance.{n}"].median(),
+                  "c": g["c"].median()} for n in present]
+    return pd.DataFrame(rows, columns=["draft", "k", "category", "a", "c"])
 
 
 def pays_inputs(finished: pd.DataFrame, pairs: pd.DataFrame, level: float) -> list[PaysInputs]:
@@ -47,5 +65,6 @@ def pays_inputs(finished: pd.DataFrame, pairs: pd.DataFrame, level: float) -> li
         pts = pts.merge(meas.rename(columns={"median": "measured"}), on=["draft", "k"], how="left")
         out.append(PaysInputs(str(key), fit.b, float(t["target_pass_us"].median()),
                               Overheads(fit.o_base, fit.o_pass, fit.gamma,
-                                        f"extended model fitted on the {fit.trials} trials of target {key}"), pts))
+                                        f"extended model fitted on the {fit.trials} trials of target {key}"), pts,
+                              category_points(chain)))
     return out

@@ -35,14 +35,15 @@ from .cli import one_line_errors
 from .cost_models import BOOTSTRAP, ModelResults, cell_predictions, predict_trials
 from .export import atomic_folder, markdown, write_figure, write_table
 from .formula import MAP_KS
-from .load import DEFAULT_EXPERIMENT, REPO, SweepData, connect, load_sweep, with_cell_parts
+from .load import DEFAULT_EXPERIMENT, REPO, SweepData, connect, load_sweep, prompt_rows, with_cell_parts
 from .loops import loops_table
 from .pays import pays_inputs
 from .policies import drafted_table, policies_table
 from .regimes import batch_table, only_regime, regimes_of, regimes_table, speedup_by_batch, verify_cost_table
 from .tables import (Table, acceptance_table, best_k_table, cost_by_k_table, cost_table, cpu_models,
-                     cpu_models_per_cell, exactness_table, fit_table, model_errors_table, outliers_table,
-                     position_table, predictions_table, speedup_table, status_table)
+                     cpu_models_per_cell, exactness_table, fit_table, memory_table, model_errors_table,
+                     outliers_table, position_table, predictions_table, speedup_table, status_table)
+from .workloads import category_frame, workload_tables
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +85,7 @@ def build_report(data: SweepData, boots: int = BOOTSTRAP) -> Report:
               optional(speedup_table, finished, speedup),
               optional(cost_table, finished),
               optional(cost_by_k_table, finished),
+              optional(memory_table, finished),
               optional(predictions_table, cells),
               optional(model_errors_table, cells),
               optional(fit_table, models),
@@ -155,10 +157,13 @@ def render(report: Report, uri: str, experiment: str) -> str:
     return "\n".join([summary(report, uri, experiment)] + [markdown(t) for t in report.tables])
 
 
-def write_outputs(report: Report, text: str, out_dir: Path) -> None:
-    """Every table, report.md and the figures into `out_dir`, replaced as a whole (export.atomic_folder)."""
+def write_outputs(report: Report, text: str, out_dir: Path, frame: pd.DataFrame | None = None) -> None:
+    """Every table, report.md and the figures into `out_dir`, replaced as a whole (export.atomic_folder);
+    frame: the per-category frame, whose figures go with them."""
     with atomic_folder(out_dir) as tmp:
         write_files(report, text, tmp)
+        if frame is not None:
+            write_category_figures(frame, tmp)
 
 
 def write_files(report: Report, text: str, out_dir: Path) -> None:
@@ -204,17 +209,39 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def workloads_of(client, data: SweepData) -> pd.DataFrame:
+    """The per-category frame of a sweep with a workload of several prompts or several workloads,
+    else an empty one (the per-category tables would repeat the overall ones)."""
+    fin = data.finished
+    several = ("prompts" in fin and (fin["prompts"] > 1).any()) or ("workload" in fin and fin["workload"].nunique() > 1)
+    if not several:
+        return pd.DataFrame()
+    return category_frame(prompt_rows(client, fin), configured_level(fin))
+
+
+def write_category_figures(frame: pd.DataFrame, out_dir: Path) -> None:
+    """One speedup-by-category figure per timed workload of the per-category frame."""
+    for workload in sorted(frame["workload"].unique()) if not frame.empty else []:
+        if frame.loc[frame["workload"] == workload, "speedup"].notna().any():
+            fig = figures.speedup_by_category(frame, workload)
+            write_figure(fig, out_dir, "speedup_by_category_" + re.sub(r"[^\w.-]", "_", workload))
+            figures.plt.close(fig)
+
+
 def run(args: argparse.Namespace) -> Path:
     uri = resolve_uri(args.tracking_uri)
     client = connect(uri)
     data = load_sweep(client, args.experiment, args.sweep_id)
     out_dir = args.out or default_out(data.sweep.sweep_id)
     regimes = regimes_of(data)
+    frame = workloads_of(client, data)
+    per_category = workload_tables(frame)
     if len(regimes) == 1:
         report = build_report(data, args.bootstrap)
+        report.tables += per_category
         text = render(report, uri, args.experiment)
         print(text)
-        write_outputs(report, text, out_dir)
+        write_outputs(report, text, out_dir, frame)
     else:  # one report per regime (its own fits), in its own folder, and the answer per regime on top
         reports = {r: build_report(only_regime(data, r), args.bootstrap) for r in regimes}
         texts = {r: render(rep, uri, args.experiment) for r, rep in reports.items()}
@@ -222,7 +249,7 @@ def run(args: argparse.Namespace) -> Path:
                                {r: only_regime(data, r).pairs for r in regimes}, configured_level(data.finished))
         measured = pd.concat([rep.cells for rep in reports.values()], ignore_index=True)
         tables = [t for t in (answer, batch_table(answer.df), verify_cost_table(data.finished),
-                              loops_table(data.finished, measured)) if t is not None]
+                              loops_table(data.finished, measured)) if t is not None] + per_category
         top = (f"# Sweep {data.sweep.name or data.sweep.sweep_id} ({data.sweep.sweep_id}): {len(regimes)} regimes "
                f"(engine, batch)\n\n" + "\n".join(markdown(t) for t in tables)
                + "\n\nEach regime's own report: " + ", ".join(f"{r.name}/report.md" for r in regimes) + "\n")
@@ -231,6 +258,7 @@ def run(args: argparse.Namespace) -> Path:
             for t in tables:
                 write_table(t, tmp)
             write_text(tmp / "report.md", top)
+            write_category_figures(frame, tmp)
             by_batch = speedup_by_batch(answer.df)
             if not by_batch.empty:
                 fig = figures.speedup_vs_batch(by_batch)

@@ -26,6 +26,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from src.engine.timing import small_sample_widening
+
 REPS = 2000   # replicates: the 2.5% / 97.5% percentiles rest on about 50 replicates each
 SEED = 0      # the bootstrap's own generator: the report is the same on every run
 
@@ -63,10 +65,9 @@ def few_seeds_widening(seeds: int, level: float) -> float:
     the seeds by their plug-in variance ((S - 1) / S of the unbiased one) and reads normal-like
     quantiles, where the mean of S seeds follows Student's t with S - 1 degrees of freedom: unwidened,
     a 95% interval calls a planted cell of speedup 1 faster 22% of the time at 2 seeds and 7% at 5
-    (nominal 2.5%; tests/analysis/test_seed_bootstrap.py)."""
-    from scipy import stats
-    q = (1 + level) / 2
-    return float(np.sqrt(seeds / (seeds - 1)) * stats.t.ppf(q, seeds - 1) / stats.norm.ppf(q))
+    (nominal 2.5%; tests/analysis/test_seed_bootstrap.py). src/engine/timing.py's
+    small_sample_widening for one kind of unit."""
+    return small_sample_widening([(1.0, seeds)], level)
 
 
 def median_interval_seeds(groups: list[np.ndarray], level: float, reps: int = REPS,

@@ -124,6 +124,20 @@ def speedup_table(finished: pd.DataFrame, speedup: pd.DataFrame) -> Table:
                  "missing tag counts as 'unknown'); more than one: the pooled pairs mix CPUs (flagged).")
 
 
+def memory_table(finished: pd.DataFrame) -> Table:
+    cols = {"memory_target_bytes": "target MiB", "memory_draft_bytes": "draft MiB", "memory_bytes": "held MiB",
+            "peak_rss_bytes": "process peak MiB"}
+    df = cell_medians(finished, list(cols)).rename(columns=cols)
+    for c in cols.values():
+        df[c] = df[c] / 2 ** 20
+    df["draft / target"] = df["draft MiB"] / df["target MiB"]
+    return Table("memory", "Memory", df, {c: ".1f" for c in cols.values()} | {"draft / target": ".2f"},
+                 "Median over seeds, after the trial's runs (caches at their largest). target, draft: the bytes of "
+                 "every tensor and array each holds (weights, KV caches, tables; the target's left out of the "
+                 "draft's); process peak: the trial process's resident-set high-water mark (what the counts cannot "
+                 "see too: Python's lists, ONNX Runtime's and inductor's copies, and what ran before in the process).")
+
+
 def cost_table(finished: pd.DataFrame) -> Table:
     rows = [{"what": "one target pass", "time us": finished["target_pass_us"].median(), "c": np.nan}]
     for draft, g in finished.groupby("draft", sort=True):

@@ -226,10 +226,10 @@ def population(rng, n):
 
 def test_the_interval_over_prompts_covers_a_new_set_of_prompts():
     """The population's total-time speedup (from 200,000 prompts) against 200 workloads of 16
-    prompts: the prompt-then-rounds bootstrap's 95% interval covers it at least 85% of the time (a
-    percentile bootstrap of 16 prompts runs a little short of its level; 200 trials put the rate
-    within about +-5% at 2.5 sigma), while an interval from the rounds alone (no prompt drawn: the
-    negative control, what one prompt's timing interval says) covers it far less often."""
+    prompts: the prompt-then-rounds bootstrap's 95% interval (widened for 16 prompts) covers it 186
+    times here; the test asks 176 (88%: 2.8 sigma below 93% for 200 workloads), while an interval
+    from the rounds alone (no prompt drawn: the negative control, what one prompt's timing interval
+    says) covers it in at most half of them (37 here)."""
     rng = np.random.default_rng(1)
     big_b, big_s = population(rng, 200_000)
     truth = big_b.mean(axis=1).sum() / big_s.mean(axis=1).sum()
@@ -241,7 +241,7 @@ def test_the_interval_over_prompts_covers_a_new_set_of_prompts():
         per_round = b.sum(axis=0) / s.sum(axis=0)    # a round's total ratio: the rounds alone
         lo2, hi2 = np.quantile(per_round, [0.025, 0.975])
         rounds_only += lo2 <= truth <= hi2
-    assert covered >= 170, covered
+    assert covered >= 176, covered
     assert rounds_only <= 100, rounds_only
     assert total_time_speedup(b, s) == pytest.approx(np.median(b, axis=1).sum() / np.median(s, axis=1).sum())
 
