@@ -78,7 +78,7 @@ export: $(VENV)/.installed ## write a target as a transformers checkpoint (ARGS=
 bench-folder: $(VENV)/.installed ## a GPT-2-small-shaped model from a folder and a 2-layer draft: load time, memory, pass and verify costs (ARGS="--layers 6")
 	$(PY) -m src.bench.folder_model $(ARGS)
 
-retrain-default: $(VENV)/.installed ## retrain the shipped default target (src/engine/weights/) and compare: 10-25 min on 2 cores (ARGS=--ship: replace it)
+retrain-default: $(VENV)/.installed ## retrain the shipped default target (src/engine/models/weights/) and compare: 10-25 min on 2 cores (ARGS=--ship: replace it)
 	$(PY) -m src.bench.retrain $(ARGS)
 
 tracking-server: $(VENV)/.installed-cluster ## MLflow server on PostgreSQL, both on 127.0.0.1, data in .cluster/ (ARGS="--port 5001 --pg-port 5433")

@@ -14,7 +14,7 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from src.engine.atomic import write_text
-from src.engine.corpus import synthetic_text
+from src.engine.models.corpus import synthetic_text
 from src.engine.drafts import BigramDraft
 from src.trial.load import build_draft, load_target
 from src.trial.spec import trial_spec

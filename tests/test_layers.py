@@ -169,7 +169,7 @@ def test_planted_imports_are_caught():
     Python runs first), and nothing else is."""
     base = project_sources()
     for module, line, expect in [
-        ("src.engine.model", "from src.sweep import store", "src.engine.model -> src.sweep.store"),
+        ("src.engine.models.model", "from src.sweep import store", "src.engine.models.model -> src.sweep.store"),
         ("src.trial.spec", "import mlflow", "src.trial.spec -> mlflow"),
         ("src.trial.trial", "from ..sweep.job import run_job", "src.trial.trial -> src.sweep.job"),
         ("analysis.predict", "from src.sweep.job import run_job", "analysis.predict -> src.sweep.job"),

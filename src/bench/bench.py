@@ -42,9 +42,9 @@ from .. import sweep  # noqa: F401  (its warning filter, before Hydra composes t
 from ..engine.decode import generate_speculative
 from ..engine.errors import SpecsweepError, refuse
 from ..engine.measure import measure_cost
-from ..engine.quantize import quantized_copy
+from ..engine.models.quantize import quantized_copy
 from ..engine.timing import median_interval, timed
-from ..engine.train import evaluate
+from ..engine.models.train import evaluate
 from ..engine.tree import generate_tree, max_nodes
 from ..paths import CONF_DIR
 from ..trial.checks import check_inputs

@@ -40,7 +40,7 @@ from ..engine.drafts import DistilledDraft, NgramDraft
 from ..engine.drafts.distilled import target_probs
 from ..engine.errors import ArgParser, SpecsweepError, at_least, refuse
 from ..engine.measure import measure_cost
-from ..engine.train import all_cores
+from ..engine.models.train import all_cores
 from ..paths import CONF_DIR
 from ..trial.load import build_draft, load_target, train_ids_of
 from ..trial.spec import draft_spec, trial_spec

@@ -22,7 +22,7 @@ from omegaconf import OmegaConf
 
 from ..engine.decode import prefill
 from ..engine.drafts import ModelDraft
-from ..engine.int8_linear import Int8Linear, quantized_engine
+from ..engine.models.int8_linear import Int8Linear, quantized_engine
 from ..engine.measure import proposal
 from ..engine.timing import interleaved_medians
 from ..paths import CONF_DIR

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .drafts.base import Draft
-from .model import Transformer
+from .models.model import Transformer
 from .policy import Policy
 from .sampling import UniformBuffer, overlap, probs_from_logits, sample, speculative_accept, survival
 

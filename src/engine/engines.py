@@ -42,7 +42,7 @@ from pathlib import Path
 import torch
 
 from .errors import SpecsweepError
-from .model import Transformer
+from .models.model import Transformer
 
 log = logging.getLogger(__name__)
 

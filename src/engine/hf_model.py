@@ -43,8 +43,8 @@ from torch import nn
 
 from .errors import SpecsweepError
 from .library import WINDOW_KEYS, _transformers, rewind, to_transformers
-from .model import Transformer
-from .tokenizer import CharTokenizer
+from .models.model import Transformer
+from .models.tokenizer import CharTokenizer
 
 MARKER = "specsweep.json"   # written by export_checkpoint: which of the tool's targets the folder holds
 

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 os.environ.setdefault("HF_HUB_OFFLINE", "1")   # never a hub: the models are the tool's own
 import torch
 
-from .model import Transformer
+from .models.model import Transformer
 
 log = logging.getLogger(__name__)
 

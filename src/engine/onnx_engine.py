@@ -47,7 +47,7 @@ import torch.nn as nn
 from .atomic import atomic_path, seal, sealed, unseal
 from .errors import SpecsweepError
 from .locks import BUILD_WAIT_S, file_lock
-from .model import Transformer
+from .models.model import Transformer
 
 log = logging.getLogger(__name__)
 

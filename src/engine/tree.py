@@ -34,7 +34,7 @@ import torch
 
 from .decode import Generation, _ids, check_fits, prefill
 from .drafts.base import Draft
-from .model import Transformer
+from .models.model import Transformer
 from .sampling import UniformBuffer, draw, probs_from_logits, residual_weights, uniforms
 
 

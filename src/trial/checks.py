@@ -13,13 +13,13 @@ target trained.
 """
 from __future__ import annotations
 
-from ..engine.corpus import Corpus
+from ..engine.models.corpus import Corpus
 import tempfile
 from pathlib import Path
 
 from ..engine.errors import SpecsweepError
 from ..engine.locks import check_creatable
-from ..engine.train import corpus_tokenizer, target_location, verify_checkpoint
+from ..engine.models.train import corpus_tokenizer, target_location, verify_checkpoint
 from .load import load_corpus_of
 from .spec import TargetSpec, TrialSpec, draft_class, is_folder_model
 

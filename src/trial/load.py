@@ -22,10 +22,10 @@ from pathlib import Path
 import torch
 
 from ..engine.atomic import file_sha256
-from ..engine.corpus import Corpus, load_corpus
+from ..engine.models.corpus import Corpus, load_corpus
 from ..engine.drafts.base import Draft
 from ..engine.errors import SpecsweepError
-from ..engine.train import TrainedTarget, get_target, target_location
+from ..engine.models.train import TrainedTarget, get_target, target_location
 from .spec import DataSpec, DraftSpec, TargetSpec, draft_class, is_folder_model
 
 

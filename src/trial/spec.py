@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ..engine.errors import SpecsweepError
 from ..engine.timing import cost_round_options, timing_options
-from ..engine.train import TrainConfig
+from ..engine.models.train import TrainConfig
 from ..engine.tree import check_widths, max_nodes
 from ..paths import REPO
 

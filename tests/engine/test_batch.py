@@ -136,7 +136,7 @@ def test_the_ragged_test_catches_an_onnx_batch_mask_of_the_longest_row(tiny, eng
 
 def test_a_leaking_cache_is_caught():
     """NEGATIVE CONTROL for test 1: a cache update that writes every row's keys into row 0 too."""
-    from src.engine.model import KVCache, ModelConfig, Transformer
+    from src.engine.models.model import KVCache, ModelConfig, Transformer
     torch.manual_seed(0)
     model = Transformer(ModelConfig(vocab_size=16, block_size=32, n_layer=2, n_head=2, d_model=16, dropout=0.0)).eval()
     original = KVCache.update

@@ -21,7 +21,7 @@ import torch
 
 from src.engine.decode import generate_baseline, generate_speculative, prefill
 from src.engine.engines import Engine
-from src.engine.model import ModelConfig, Transformer
+from src.engine.models.model import ModelConfig, Transformer
 from src.engine.onnx_engine import OnnxModel
 from src.engine.tree import generate_tree
 from tests.conftest import compose_cfg, draft_for, session_folder

@@ -381,7 +381,7 @@ def test_the_targets_int8_kernel_copy_drafts_for_a_model_from_a_folder(tiny, che
     Conv1D converted to Linear first), and the loop with it keeps the target's law per position
     and greedy decoding's tokens."""
     from src.engine.drafts import Int8KernelDraft
-    from src.engine.int8_linear import Int8Linear
+    from src.engine.models.int8_linear import Int8Linear
     cfg, corpus, target = tiny
     model, tok = load_checkpoint(checkpoints[arch])
     draft = Int8KernelDraft(model, tok.encode(corpus.split(0.1)[0]), engine="x86", calibration_windows=8)

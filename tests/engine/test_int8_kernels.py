@@ -12,7 +12,7 @@ import torch
 import torch.nn as nn
 
 from src.engine.errors import SpecsweepError
-from src.engine.int8_linear import INPUT_QMAX, Int8Linear, calibration_windows, input_qparams, quantized_engine
+from src.engine.models.int8_linear import INPUT_QMAX, Int8Linear, calibration_windows, input_qparams, quantized_engine
 from tests.conftest import compose_cfg
 from tests.conftest import draft_for
 

@@ -20,7 +20,7 @@ import torch
 
 from src.engine.decode import generate_baseline, generate_speculative
 from src.engine.library import LibraryLoop, to_transformers
-from src.engine.model import ModelConfig, Transformer
+from src.engine.models.model import ModelConfig, Transformer
 from src.paths import CONF_DIR
 from tests.engine.test_exactness import ALPHA, full_probs, position_p_values
 

@@ -149,7 +149,7 @@ from pathlib import Path
 import torch
 import src.engine.engines as engines
 from src.engine.errors import SpecsweepError
-from src.engine.model import ModelConfig, Transformer
+from src.engine.models.model import ModelConfig, Transformer
 
 cache, strict, check = Path(sys.argv[1]), sys.argv[2] == "target", sys.argv[3] == "on"
 if not check:   # the negative control: the agreement check disabled

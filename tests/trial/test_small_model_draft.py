@@ -12,7 +12,7 @@ import dataclasses
 import pytest
 
 from src.engine.errors import SpecsweepError
-from src.engine.tokenizer import CharTokenizer
+from src.engine.models.tokenizer import CharTokenizer
 from src.engine.atomic import file_sha256
 from src.sweep.context import PublishedTarget, SweepContext
 from src.sweep.plan import PlannedJob, prepare_targets

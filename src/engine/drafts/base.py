@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from ..model import Transformer
+from ..models.model import Transformer
 
 
 class Draft:

@@ -37,9 +37,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from ..locks import BUILD_WAIT_S, file_lock
-from ..model import Transformer
+from ..models.model import Transformer
 from ..sampling import probs_from_logits
-from ..train import _read_checkpoint, _windows, all_cores, save_checkpoint, verify_checkpoint
+from ..models.train import _read_checkpoint, _windows, all_cores, save_checkpoint, verify_checkpoint
 from .base import Draft
 
 log = logging.getLogger(__name__)

@@ -4,7 +4,7 @@ Cache key = sha256 of (corpus sha256, model config, training config, seed). The 
 is written atomically with a sha256 sidecar; a file lock makes concurrent workers on a
 fresh machine train it once: the first takes the lock and trains, the others wait and load.
 
-Shipped targets: a checkpoint in `SHIPPED` (src/engine/weights/, in git: the default target,
+Shipped targets: a checkpoint in `SHIPPED` (src/engine/models/weights/, in git: the default target,
 so a fresh clone answers in minutes instead of training for 10-25) is the cache's first
 source for its key. It is copied into the cache once its sha256 matches its recipe's
 (`weights/recipe.json`: key, sha256, corpus sha256, model, training, seed, validation loss);
@@ -30,9 +30,9 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from .atomic import atomic_path, file_sha256, seal
-from .errors import SpecsweepError
-from .locks import TRAINING_WAIT_S, file_lock
+from ..atomic import atomic_path, file_sha256, seal
+from ..errors import SpecsweepError
+from ..locks import TRAINING_WAIT_S, file_lock
 from .model import ModelConfig, Transformer
 from .tokenizer import CharTokenizer
 

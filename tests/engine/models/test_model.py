@@ -1,7 +1,7 @@
 """The KV-cached forward equals the full-sequence forward, including after rewinds."""
 import torch
 
-from src.engine.model import ModelConfig, Transformer
+from src.engine.models.model import ModelConfig, Transformer
 
 
 def test_cached_logits_equal_full_sequence_logits():

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .errors import SpecsweepError
+from ..errors import SpecsweepError
 
 
 class CharTokenizer:

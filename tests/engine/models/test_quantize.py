@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from src.engine.model import ModelConfig, Transformer
-from src.engine.quantize import fake_quantize, quantized_copy
+from src.engine.models.model import ModelConfig, Transformer
+from src.engine.models.quantize import fake_quantize, quantized_copy
 
 
 @pytest.mark.parametrize("bits", [8, 4, 2])

@@ -22,8 +22,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .atomic import write_text
-from .errors import SpecsweepError
+from ..atomic import write_text
+from ..errors import SpecsweepError
 
 log = logging.getLogger(__name__)
 
