@@ -1,4 +1,4 @@
-"""Draft-length policies against the best fixed k (src/engine/policy.py; cells "<draft>~<policy>",
+"""Draft-length policies against the best fixed k (src/engine/decoding/policy.py; cells "<draft>~<policy>",
 k their cap).
 
 - `policies_table`: per draft, its best fixed k and each adaptive policy at its best cap, with

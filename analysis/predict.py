@@ -468,7 +468,7 @@ def measure(cfg, ks: list[int], shapes, seqs: int, every: int, seed: int, loaded
     from src.engine.acceptance import loop_survival, mean_overlap, sample_text, tree_chars_rows
     from src.engine.drafts.model_draft import ModelDraft
     from src.engine.measure import measure_cost, replay_draft_costs, verify_pass
-    from src.engine.tree import build_tree
+    from src.engine.decoding.tree import build_tree
     from src.engine.engines import Engine
     from src.trial.load import build_draft, load_target
     from src.trial.timing_lock import timing_lock
@@ -569,7 +569,7 @@ def loop_probes(model, draft, prompt: list[int], n: int, k: int, temperature: fl
     drafting), and "base", the baseline loop of n chars. None (and a warning) where the replay
     diverges from the recorded run."""
     import torch
-    from src.engine.decode import generate_baseline, generate_speculative
+    from src.engine.decoding.decode import generate_baseline, generate_speculative
     from src.trial.trial import recorded_loops
 
     def new_gen():
@@ -585,7 +585,7 @@ def batch_loop_probes(model, draft, prompts: list[list[int]], n: int, k: int, te
     """measure_batch_cost's `loops` at B = len(prompts): "free", the batch loop replaying the
     proposals recorded in one batch run from `seed` (src/engine/replay.py), and "base", the batch's
     baseline loop of n chars. None (and a warning) where the replay diverges."""
-    from src.engine.batch import generate_baseline_batch, generate_speculative_batch, stream_generators
+    from src.engine.decoding.batch import generate_baseline_batch, generate_speculative_batch, stream_generators
     from src.trial.trial import recorded_loops
     B = len(prompts)
 
@@ -625,7 +625,7 @@ def measure_policy(chosen: dict, model, draft, target, prompt: list[int], seq, a
     from collections import Counter
 
     import torch
-    from src.engine.decode import generate_baseline, generate_speculative
+    from src.engine.decoding.decode import generate_baseline, generate_speculative
     from src.engine.measure import measure_cost, replay_draft_costs
     from src.trial.timing_lock import timing_lock
     from src.trial.policies import build_policy
@@ -671,7 +671,7 @@ def measure_batch(chosen: dict, model, draft, corpus, target, seq, a: float, seq
     import time
 
     import torch
-    from src.engine.batch import generate_speculative_batch, stream_generators
+    from src.engine.decoding.batch import generate_speculative_batch, stream_generators
     from src.engine.drafts.model_draft import ModelDraft
     from src.engine.measure import batch_verify_pass, measure_batch_cost, replay_draft_costs
     from src.trial.batched import batch_prompts

@@ -20,7 +20,7 @@ import torch
 import torch.nn as nn
 from omegaconf import OmegaConf
 
-from ..engine.decode import prefill
+from ..engine.decoding.decode import prefill
 from ..engine.drafts import ModelDraft
 from ..engine.models.int8_linear import Int8Linear, quantized_engine
 from ..engine.measure import proposal

@@ -24,7 +24,7 @@ import statistics
 
 import torch
 
-from ..engine.decode import generate_baseline, generate_speculative, prefill
+from ..engine.decoding.decode import generate_baseline, generate_speculative, prefill
 from ..engine.library import LibraryLoop, assistant_proposal, cached_passes
 from ..engine.measure import proposal
 from ..engine.timing import interleaved_rounds

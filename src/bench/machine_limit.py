@@ -25,7 +25,7 @@ import statistics
 import torch
 from omegaconf import OmegaConf
 
-from ..engine.decode import prefill
+from ..engine.decoding.decode import prefill
 from ..engine.engines import ENGINES, Engine
 from ..engine.library import LibraryLoop, cached_passes, library_cost, to_transformers
 from ..engine.measure import measure_cost

@@ -13,7 +13,7 @@ work per pass, `--overhead`). A rule that picks a length per chain runs at
     rate = sum_c E_c(len_c) / sum_c T(len_c)
 chars per unit (chars per second over many passes: a ratio of sums). Rows, each against the
 best fixed k <= cap at that price:
-- informed: the cost policy's greedy rule (src/engine/policy.py: stop at the first char that
+- informed: the cost policy's greedy rule (src/engine/decoding/policy.py: stop at the first char that
   lowers the pass's rate) with the exact expectations beta in place of the calibrated map: the
   best a draft that knew its acceptance before drawing each char could do with that rule;
 - oracle: the best length per chain knowing r, found by Dinkelbach's iteration on the ratio: a

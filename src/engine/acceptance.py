@@ -23,8 +23,8 @@ acceptance on it, or the speculative loop's own passes (counters only).
   expectation before it is drawn (src/bench/policy_ceiling.py bounds what a draft-length policy
   can gain with them).
 - `acceptance_map`: the draft-length policy `cost`'s estimate of a drafted char's acceptance from
-  the draft's own q(d) (src/engine/policy.py), calibrated on that text.
-- `tree_chars`: the same for a tree of drafts (src/engine/tree.py): trees drawn at prefixes of that
+  the draft's own q(d) (src/engine/decoding/policy.py), calibrated on that text.
+- `tree_chars`: the same for a tree of drafts (src/engine/decoding/tree.py): trees drawn at prefixes of that
   text, each verified in one target pass, and `expected_accepted` (the mean accepted path length
   of recursive rejection sampling over one drawn tree, exact given the tree).
 """
@@ -32,10 +32,10 @@ from __future__ import annotations
 
 import torch
 
-from .decode import generate_speculative, prefill
-from .policy import AcceptanceMap
+from .decoding.decode import generate_speculative, prefill
+from .decoding.policy import AcceptanceMap
 from .sampling import kept_probs, overlap, probs_from_logits, residual_weights, survival
-from .tree import TreeMasks, build_tree, max_nodes, tree_verify
+from .decoding.tree import TreeMasks, build_tree, max_nodes, tree_verify
 
 
 @torch.no_grad()

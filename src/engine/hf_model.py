@@ -3,7 +3,7 @@ targets written as such folders.
 
 `load_checkpoint(path)` reads a transformers checkpoint (config, weights, tokenizer) offline and
 returns an `HFModel` and an `HFTokenizer`: the interface the tool's loops use of its own
-`Transformer` and `CharTokenizer` (src/engine/decode.py).
+`Transformer` and `CharTokenizer` (src/engine/decoding/decode.py).
 
 - `HFModel(ids, input_pos)` runs the model on tokens at positions input_pos, contiguous,
   over the architecture's own cache (transformers' `DynamicCache`): entries at input_pos[0] and
@@ -11,7 +11,7 @@ returns an `HFModel` and an `HFTokenizer`: the interface the tool's loops use of
   tool's cache written by position. Without a cache (`cache_set_aside`) it is a full forward from
   position 0. A tree pass (`HFModel(ids, input_pos, slots, mask)`, verify=tree) writes its nodes
   at contiguous cache slots after the committed tokens, each at the position of its depth, and
-  attends through the tree's mask (src/engine/tree.py: each node sees the committed tokens, its
+  attends through the tree's mask (src/engine/decoding/tree.py: each node sees the committed tokens, its
   ancestors and itself), given as a 4D additive float mask, which transformers hands to the
   attention as it is; committing the accepted path copies its nodes' keys and values to the
   slots after the committed tokens (`move_cache`). Whether an architecture honours such a mask is

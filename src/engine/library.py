@@ -175,7 +175,7 @@ def hook(model, fn):
 
 def passes_generation(tokens: list[int], log: list[tuple[int, int]], k: int):
     """A decode.Generation from a library run's per-pass (drafted, kept) log."""
-    from .decode import Generation
+    from .decoding.decode import Generation
     g = Generation(tokens, target_passes=len(log), chars_emitted=len(tokens),
                    accepted_at=[sum(kept > i for _, kept in log) for i in range(k)],
                    drafted_at=[sum(d > i for d, _ in log) for i in range(k)], passes_log=list(log))

@@ -10,12 +10,12 @@ import time
 
 import torch
 
-from .batch import prefill_batch
-from .decode import prefill
+from .decoding.batch import prefill_batch
+from .decoding.decode import prefill
 from .drafts.base import Draft
 from .sampling import UniformBuffer, probs_from_logits, sample, speculative_accept, tvd, uniforms
 from .timing import FIXED, WIDTH, adaptive_rounds, interleaved_rounds, relative_width, round_ratio
-from .tree import TreeMasks, build_tree, max_nodes, tree_accept, tree_inputs
+from .decoding.tree import TreeMasks, build_tree, max_nodes, tree_accept, tree_inputs
 
 
 def proposal(draft: Draft, prompt: list[int], k: int, temperature: float, gen: torch.Generator):
@@ -109,7 +109,7 @@ def measure_cost(target, draft: Draft, prompt: list[int], k: int, temperature: f
     `cost_width_reached` (1 when it stopped on the width, 0 on a cap).
     A draft on the target's hidden state (heads) observes the prefill's last row first, so its
     proposal is the heads' forward and k draws, as in the loop.
-    drafted: for a draft-length policy whose passes vary (src/engine/policy.py), the share of
+    drafted: for a draft-length policy whose passes vary (src/engine/decoding/policy.py), the share of
     passes that drafted j chars, per j: a verify pass of each width j+1 is timed in the rounds
     (`verify_us_width_<j+1>`), and `verify_pass_us` is their mean under those shares, the verify
     cost of the loop's average pass; the draft is timed at k chars a proposal (per char, as a
@@ -219,7 +219,7 @@ def measure_batch_cost(target, draft: Draft, prompts: list[list[int]], k: int, t
                        device: str, rounds: int = 7, width: float | None = None, level: float = 0.95,
                        max_rounds: int | None = None, max_seconds: float | None = None,
                        keep_rounds: bool = False, loops=None, in_loop: bool = False) -> dict:
-    """measure_cost for a batch of B sequences (src/engine/batch.py), as its loops run: a (B, 1)
+    """measure_cost for a batch of B sequences (src/engine/decoding/batch.py), as its loops run: a (B, 1)
     target pass (the baseline's step), a (B, k+1) verify pass at per-sequence positions (the
     speculative step's), and one k-char proposal for all B rows (`propose_batch`; its time / k is
     `draft_char_us`, per drafted position of the whole batch, so c = draft_char_us / target_pass_us

@@ -15,12 +15,12 @@ cache and over the new inputs are taken apart and softmaxed together, so the cac
 copied into the graph. The math is the eager forward's (softmax over the same scores, in
 another order of additions): logits agree to float32 rounding (tests/engine/test_engines.py).
 
-A batch of B > 1 sequences (src/engine/batch.py: chains only) runs the same graph with a batch
+A batch of B > 1 sequences (src/engine/decoding/batch.py: chains only) runs the same graph with a batch
 axis in front: ids and positions (B, T), each row at its own positions; the cache (L, B, H, Dh, S)
 and (L, B, H, S, Dh), a row per sequence; `cmask` (B, T, S), row b's queries seeing only the
 slots before row b's first position, in row b's cache; `smask` (T, T) shared; new keys and
 values (B, H, Dh, T) and (B, H, T, Dh), written into each row's own slots. Nothing of one row
-enters another's attention (tests/engine/test_batch.py: each row's logits equal its pass alone).
+enters another's attention (tests/engine/decoding/test_batch.py: each row's logits equal its pass alone).
 
 One graph per (B, T, S): chains and trees of one width share it (their masks are inputs). Graphs
 are exported once per host and kept in `cache_dir`, named by a hash of the model's weights and

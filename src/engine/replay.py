@@ -13,7 +13,7 @@ uniforms (the loop's buffer shares the generator with the draft) and the replaye
 same passes and emits the same chars as the recorded one (tests/engine/test_replay.py checks it).
 Replaying costs a list lookup and one `Generator.set_state` per pass.
 
-A batch (src/engine/batch.py) is recorded and replayed the same way through `propose_batch`: each
+A batch (src/engine/decoding/batch.py) is recorded and replayed the same way through `propose_batch`: each
 call is kept with, per row, its uniform source's state right after it (a `UniformBuffer`'s block,
 its position and its generator's state), and the replay restores them all, so every row's
 acceptance tests draw what they drew (tests/engine/test_replay.py checks it for a batch too).

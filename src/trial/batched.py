@@ -1,4 +1,4 @@
-"""A trial at batch B > 1: B sequences decoded together (src/engine/batch.py).
+"""A trial at batch B > 1: B sequences decoded together (src/engine/decoding/batch.py).
 
 The same three measurements as one sequence's trial, for the batch: the counters of a
 speculative run (per sequence, and their mean), the component costs at (B, width), and the
@@ -12,7 +12,7 @@ import statistics
 
 import torch
 
-from ..engine.batch import BatchGeneration, generate_baseline_batch, generate_speculative_batch, stream_generators
+from ..engine.decoding.batch import BatchGeneration, generate_baseline_batch, generate_speculative_batch, stream_generators
 from ..engine.formula import seed_speedup
 from ..engine.measure import measure_batch_cost
 from ..engine.timing import paired_timing

@@ -22,7 +22,7 @@ from pathlib import Path
 from ..engine.errors import SpecsweepError
 from ..engine.timing import cost_round_options, timing_options
 from ..engine.models.train import TrainConfig
-from ..engine.tree import check_widths, max_nodes
+from ..engine.decoding.tree import check_widths, max_nodes
 from ..paths import REPO
 
 
@@ -76,7 +76,7 @@ class EngineSpec:
 
 @dataclass(frozen=True)
 class PolicySpec:
-    name: str                    # fixed | heuristic | confidence | cost (src/engine/policy.py)
+    name: str                    # fixed | heuristic | confidence | cost (src/engine/decoding/policy.py)
     options: dict                # its conf/policy options
 
 
@@ -98,7 +98,7 @@ class TrialSpec:
     timing: TimingSpec
     engine: EngineSpec
     exactness_samples: int | None  # the seed's first-char TVD check: its samples, None when off
-    batch: int = 1               # sequences decoded together (src/engine/batch.py); 1: one sequence
+    batch: int = 1               # sequences decoded together (src/engine/decoding/batch.py); 1: one sequence
     batch_prompts: str = "same"  # same: every sequence from `prompt`; validation: windows of the validation split
     policy: PolicySpec = FIXED_POLICY  # the draft-length policy; k is its cap
 
@@ -498,7 +498,7 @@ POLICY_OPTIONS = {"fixed": (), "heuristic": ("start",), "confidence": ("threshol
 def policy_spec(node, tree, batch: int) -> PolicySpec:
     """The draft-length policy of conf/policy/, its options checked; an adaptive policy drafts a
     chain of one sequence (refused with a tree or a batch in one line)."""
-    from ..engine.policy import ConfidencePolicy, HeuristicPolicy
+    from ..engine.decoding.policy import ConfidencePolicy, HeuristicPolicy
     p = _Reader(node, "policy.")
     name = p["name"]
     if name not in POLICY_OPTIONS:

@@ -13,13 +13,13 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..engine.decode import generate_baseline, generate_speculative
+from ..engine.decoding.decode import generate_baseline, generate_speculative
 from ..engine.engines import Engine
 from ..engine.formula import seed_speedup
 from ..engine.measure import exactness_check, measure_cost
 from ..engine.replay import ProposalRecorder, ReplayDraft
 from ..engine.timing import PairedTiming, paired_timing
-from ..engine.tree import generate_tree, max_nodes
+from ..engine.decoding.tree import generate_tree, max_nodes
 from .batched import batch_measurements, batch_prompts, sequence_rows
 from .policies import build_policy
 from .checks import check_inputs

@@ -19,7 +19,7 @@ from analysis.predict import ape_summary, measure, prediction_table, probes_afte
 from src.engine.acceptance import chain_survival, expected_accepted, loop_survival, sample_text, survival
 from src.engine.drafts.model_draft import ModelDraft
 from src.engine.sampling import uniforms
-from src.engine.tree import Tree, tree_accept
+from src.engine.decoding.tree import Tree, tree_accept
 
 from tests.conftest import REPO, compose_cfg, draft_for
 

@@ -19,13 +19,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from src.engine.decode import generate_baseline, generate_speculative, prefill
+from src.engine.decoding.decode import generate_baseline, generate_speculative, prefill
 from src.engine.engines import Engine
 from src.engine.models.model import ModelConfig, Transformer
 from src.engine.onnx_engine import OnnxModel
-from src.engine.tree import generate_tree
+from src.engine.decoding.tree import generate_tree
 from tests.conftest import compose_cfg, draft_for, session_folder
-from tests.engine.test_exactness import ALPHA, position_p_values
+from tests.engine.decoding.test_exactness import ALPHA, position_p_values
 
 ATOL = 1e-4
 ENGINES = [pytest.param("compiled", marks=pytest.mark.slow), "onnx"]   # make test-fast: onnx (no compiles)

@@ -2,7 +2,7 @@
 deterministic training, and the trial's hooks (cache_kwargs, k <= n_heads).
 
 The per-position exactness and greedy-equality tests run heads like every draft in conf/draft/
-(tests/engine/test_exactness.py, tests/engine/test_decode.py); test_exactness.py also ties the loop's
+(tests/engine/decoding/test_exactness.py, tests/engine/decoding/test_decode.py); test_exactness.py also ties the loop's
 proposals to the law those tests use, with a misplaced hidden row as the negative control.
 """
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from src.engine.decode import generate_baseline, generate_speculative, prefill
+from src.engine.decoding.decode import generate_baseline, generate_speculative, prefill
 from src.engine.drafts import BigramDraft, HeadsDraft
 from src.engine.drafts import heads as heads_module
 from src.engine.errors import SpecsweepError

@@ -18,11 +18,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from src.engine.decode import generate_baseline, generate_speculative
+from src.engine.decoding.decode import generate_baseline, generate_speculative
 from src.engine.drafts.model_draft import ModelDraft
 from src.engine.hf_model import char_tokenizer, load_checkpoint
 from src.engine.library import LibraryLoop, _transformers
-from tests.engine.test_exactness import ALPHA, full_probs, position_p_values
+from tests.engine.decoding.test_exactness import ALPHA, full_probs, position_p_values
 from tests.engine.test_hf_model import tiny_config
 from tests.engine.test_library import greedy_drafting_assistant
 

@@ -20,8 +20,8 @@ import json
 import pytest
 import torch
 
-from src.engine.decode import generate_baseline, generate_speculative, prefill
-from src.engine.tree import Tree, TreeMasks, commit_path, generate_tree, tree_verify
+from src.engine.decoding.decode import generate_baseline, generate_speculative, prefill
+from src.engine.decoding.tree import Tree, TreeMasks, commit_path, generate_tree, tree_verify
 from src.engine.drafts import BigramDraft
 from src.engine.errors import SpecsweepError
 from src.engine.hf_model import MARKER, HFModel, char_tokenizer, export_checkpoint, load_checkpoint

@@ -3,7 +3,7 @@ a row's result does not depend on its batch (what lets `probs` score batches wit
 `propose` samples from), the error bound of its quantization, its memory report and bad input.
 
 Its exactness per position, greedy equality and the propose/probs tie run in
-tests/engine/test_exactness.py and tests/engine/test_decode.py, like every draft in conf/draft/.
+tests/engine/decoding/test_exactness.py and tests/engine/decoding/test_decode.py, like every draft in conf/draft/.
 """
 from __future__ import annotations
 

@@ -18,11 +18,11 @@ import copy
 import pytest
 import torch
 
-from src.engine.decode import generate_baseline, generate_speculative
+from src.engine.decoding.decode import generate_baseline, generate_speculative
 from src.engine.library import LibraryLoop, to_transformers
 from src.engine.models.model import ModelConfig, Transformer
 from src.paths import CONF_DIR
-from tests.engine.test_exactness import ALPHA, full_probs, position_p_values
+from tests.engine.decoding.test_exactness import ALPHA, full_probs, position_p_values
 
 N = 1500           # generate calls per exactness test (each ~5-15 ms on the tiny models)
 K = 2              # drafts per pass: positions 1..3 tested, the bonus among them

@@ -14,8 +14,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from src.engine.batch import generate_speculative_batch, stream_generators
-from src.engine.decode import generate_baseline, generate_speculative
+from src.engine.decoding.batch import generate_speculative_batch, stream_generators
+from src.engine.decoding.decode import generate_baseline, generate_speculative
 from src.engine.measure import measure_cost
 from src.engine.replay import ProposalRecorder, ReplayDraft
 

@@ -2,8 +2,8 @@
 a plain-Python modified Kneser-Ney, the distilled table against the target itself, the two lookup
 paths (batched tensors, memoized Python rows) against each other, and the on-disk cache.
 
-Their sampling exactness is checked with every other draft in tests/engine/test_exactness.py and
-tests/engine/test_decode.py (both run over every file in conf/draft/)."""
+Their sampling exactness is checked with every other draft in tests/engine/decoding/test_exactness.py and
+tests/engine/decoding/test_decode.py (both run over every file in conf/draft/)."""
 from __future__ import annotations
 
 from collections import Counter

@@ -16,7 +16,7 @@ import torch
 import src.engine.drafts.table as table_module
 import src.engine.onnx_engine as onnx_module
 from src.engine.atomic import sealed, sidecar
-from src.engine.decode import generate_speculative
+from src.engine.decoding.decode import generate_speculative
 from src.engine.drafts import NgramDraft
 from src.engine.engines import Engine
 from src.engine.errors import SpecsweepError

@@ -12,7 +12,7 @@ import torch
 from src.bench.policy_ceiling import (fixed_rates, greedy_lengths, lengths_rate, oracle_lengths, pass_chars,
                                       pass_cost)
 from src.engine.acceptance import chain_acceptance, sample_text
-from src.engine.policy import AcceptanceMap, CostPolicy
+from src.engine.decoding.policy import AcceptanceMap, CostPolicy
 from tests.conftest import compose_cfg, draft_for
 
 

@@ -4,7 +4,7 @@
 every input position, so one pass can verify k+1 drafted positions, and rejecting drafts is
 only a rewind of the position (nothing is copied or concatenated), as in gpt-fast.
 
-Tree verification (src/engine/tree.py) passes two more arguments: `slots`, the cache slots the
+Tree verification (src/engine/decoding/tree.py) passes two more arguments: `slots`, the cache slots the
 inputs' keys/values go to (tree nodes at the same depth share a position, so they get scratch
 slots after the committed prefix, in a cache allocated with `extra` slots beyond block_size),
 and an explicit boolean `mask` over the cache's slots. `move_cache` then copies the accepted
@@ -173,7 +173,7 @@ class Transformer(nn.Module):
                 slots: torch.Tensor | None = None, mask: torch.Tensor | None = None,
                 *, return_hidden: bool = False):
         """idx: (B, T) token ids. input_pos: (T,) their positions, required with a cache, or (B, T)
-        when each sequence of a batch is at its own position (src/engine/batch.py).
+        when each sequence of a batch is at its own position (src/engine/decoding/batch.py).
         slots: (T,) or (B, T), the cache slots their keys/values are written to (default: input_pos).
         mask: (T, S) or (B, T, S) bool, the cache slots each input attends to (default: causal by
         position).

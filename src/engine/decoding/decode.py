@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .drafts.base import Draft
-from .models.model import Transformer
+from ..drafts.base import Draft
+from ..models.model import Transformer
 from .policy import Policy
-from .sampling import UniformBuffer, overlap, probs_from_logits, sample, speculative_accept, survival
+from ..sampling import UniformBuffer, overlap, probs_from_logits, sample, speculative_accept, survival
 
 
 @dataclass
@@ -138,7 +138,7 @@ def generate_speculative(target: Transformer, draft: Draft, prompt, n_chars: int
     counter; timed runs switch it off so they do only what a decoder does).
     track_survival: also sum per position i the survival S_i of each pass's drawn chain
     (sampling.survival; acceptance.loop_survival's counter, about 0.1 ms a pass, so off by default).
-    policy: the draft-length policy (src/engine/policy.py); None drafts k chars every pass. With
+    policy: the draft-length policy (src/engine/decoding/policy.py); None drafts k chars every pass. With
     an adaptive one, k is the cap and each pass's verify is as wide as its drafts plus one.
     """
     if k < 1:

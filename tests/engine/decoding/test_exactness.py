@@ -19,7 +19,7 @@ import pytest
 import torch
 
 
-from src.engine.decode import generate_speculative
+from src.engine.decoding.decode import generate_speculative
 from src.engine.drafts import BigramDraft
 from src.engine.sampling import draw, probs_from_logits, residual_weights, speculative_accept, uniforms
 from src.paths import CONF_DIR

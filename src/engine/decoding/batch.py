@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 import torch
 
 from .decode import check_fits
-from .drafts.base import Draft
-from .sampling import UniformBuffer, accept_rows, draw_rows, overlap, probs_from_logits
+from ..drafts.base import Draft
+from ..sampling import UniformBuffer, accept_rows, draw_rows, overlap, probs_from_logits
 
 
 STREAM_STEP = 0x9E3779B9   # odd: b -> b * STREAM_STEP is one-to-one modulo 2^32
@@ -39,7 +39,7 @@ STREAM_STEP = 0x9E3779B9   # odd: b -> b * STREAM_STEP is one-to-one modulo 2^32
 def stream_seed(seed: int, b: int) -> int:
     """Sequence b's seed: the trial's seed for b = 0, and for a given seed distinct for every
     b < 2^32. Modulo 2^32 because torch's CPU generator keeps only a seed's low 32 bits (seeds
-    seed + b * 2^40 gave every sequence the same stream: tests/engine/test_batch.py's
+    seed + b * 2^40 gave every sequence the same stream: tests/engine/decoding/test_batch.py's
     independence test caught it)."""
     return (seed + b * STREAM_STEP) % 2 ** 32
 

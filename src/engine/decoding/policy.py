@@ -6,7 +6,7 @@ never the target's verdict on the pass being drafted. The pass's length is then 
 target scores it, and the acceptance rule verifies any number of drafts exactly: given the
 drafted chars, each is kept with probability min(1, p/q) and the first rejection draws from the
 residual, so every emitted char has the target's law whatever the length
-(tests/engine/test_policies.py checks it per position for every policy and draft; a policy that
+(tests/engine/decoding/test_policies.py checks it per position for every policy and draft; a policy that
 peeks at the target's verdict is the negative control it must catch).
 
 - `fixed`: k chars every pass (the default; the loop's counters as before policies existed).

@@ -1,4 +1,4 @@
-"""A batch of B sequences decodes each sequence exactly as if it were alone (src/engine/batch.py).
+"""A batch of B sequences decodes each sequence exactly as if it were alone (src/engine/decoding/batch.py).
 
 1. No leakage: a (B, T) pass with each row at its own positions over a cache of B rows gives each
    row the logits of that row's own one-sequence pass (eager, onnx; the compiled engine too, slow).
@@ -35,15 +35,15 @@ import numpy as np
 import pytest
 import torch
 
-import src.engine.batch as batch_mod
-from src.engine.batch import generate_baseline_batch, generate_speculative_batch, stream_generators
-from src.engine.decode import generate_baseline, prefill
+import src.engine.decoding.batch as batch_mod
+from src.engine.decoding.batch import generate_baseline_batch, generate_speculative_batch, stream_generators
+from src.engine.decoding.decode import generate_baseline, prefill
 from src.engine.sampling import (UniformBuffer, accept_rows, draw, draw_rows, residual_weights, speculative_accept,
                                  uniforms)
 from tests.chisquare import varying_multinomial_test
 from tests.conftest import compose_cfg, draft_for
 from tests.engine.test_engines import engine, engine_cache  # noqa: F401  (engine_cache: the session's compile cache)
-from tests.engine.test_exactness import ALPHA
+from tests.engine.decoding.test_exactness import ALPHA
 
 B = 4
 RUNS = 1500

@@ -1,4 +1,4 @@
-"""Draft-length policies (src/engine/policy.py) keep the target's law, and do what they say.
+"""Draft-length policies (src/engine/decoding/policy.py) keep the target's law, and do what they say.
 
 1. The rules: the heuristic schedule's lengths, the confidence stop, the cost rule's decisions
    against its inequality S_i a T(i) > (b + c) E(i), the acceptance map's bins, all exact.
@@ -24,14 +24,14 @@ from collections import defaultdict
 import pytest
 import torch
 
-import src.engine.decode as decode_mod
+import src.engine.decoding.decode as decode_mod
 from src.engine.acceptance import acceptance_map
-from src.engine.decode import generate_baseline, generate_speculative
-from src.engine.policy import (AcceptanceMap, ConfidencePolicy, CostPolicy, HeuristicPolicy, Policy, make_policy)
+from src.engine.decoding.decode import generate_baseline, generate_speculative
+from src.engine.decoding.policy import (AcceptanceMap, ConfidencePolicy, CostPolicy, HeuristicPolicy, Policy, make_policy)
 from src.engine.sampling import speculative_accept
 from tests.chisquare import varying_multinomial_test
-from tests.engine.test_batch import FLAT, batch_draft
-from tests.engine.test_exactness import ALPHA, DRAFT_NAMES, FAST_DRAFTS
+from tests.engine.decoding.test_batch import FLAT, batch_draft
+from tests.engine.decoding.test_exactness import ALPHA, DRAFT_NAMES, FAST_DRAFTS
 
 RUNS = 1000         # runs of the loop per law test (1,500 for the negative control, for its power)
 CONTROL_RUNS = 1500

@@ -1,7 +1,7 @@
-"""Tree verification (src/engine/tree.py) emits exactly the target's distribution, at every
+"""Tree verification (src/engine/decoding/tree.py) emits exactly the target's distribution, at every
 position 1..depth+1, and its one-pass tree forward keeps the cache right.
 
-Method (the house method of tests/engine/test_exactness.py): B independent tree steps from a fixed
+Method (the house method of tests/engine/decoding/test_exactness.py): B independent tree steps from a fixed
 prompt, each drafted by the production builder `build_tree` (children without replacement from
 the draft's `next_probs`) and accepted by the production `tree_accept`. The target's
 distributions at the tree's nodes (what the verify pass would give) come from full forwards,
@@ -26,11 +26,11 @@ import math
 import pytest
 import torch
 
-from src.engine.decode import generate_baseline, prefill
+from src.engine.decoding.decode import generate_baseline, prefill
 from src.engine.sampling import draw, probs_from_logits, residual_weights, uniforms
-from src.engine.tree import (TreeMasks, _normalized, build_tree, commit_path, generate_tree, max_nodes,
+from src.engine.decoding.tree import (TreeMasks, _normalized, build_tree, commit_path, generate_tree, max_nodes,
                              tree_accept, tree_verify)
-from tests.engine.test_exactness import ALPHA, DRAFT_NAMES, by_speed, full_probs, position_p_values
+from tests.engine.decoding.test_exactness import ALPHA, DRAFT_NAMES, by_speed, full_probs, position_p_values
 
 B = 6000
 SHAPE = (4, 2, 2, 1)   # the shape of conf/verify/tree.yaml: 44 nodes
@@ -259,7 +259,7 @@ def test_tree_pass_equals_full_forwards(tiny, drafts):
 def test_loop_verify_passes_equal_full_forwards(tiny, drafts, monkeypatch):
     """Inside generate_tree at temperature 1 (paths copied from scratch slots), every pass's
     target rows equal full forwards over the committed chars + each node's path."""
-    import src.engine.tree as tree_mod
+    import src.engine.decoding.tree as tree_mod
     cfg, _, target = tiny
     prompt = target.tokenizer.encode(cfg.prompt).tolist()
     calls = []

@@ -8,9 +8,9 @@ import math
 import pytest
 import torch
 
-from src.engine.decode import PassInputs, generate_baseline, generate_speculative
+from src.engine.decoding.decode import PassInputs, generate_baseline, generate_speculative
 from src.engine.drafts import ModelDraft
-from tests.engine.test_exactness import DRAFT_NAMES
+from tests.engine.decoding.test_exactness import DRAFT_NAMES
 from src.trial.spec import trial_spec
 from src.trial.trial import run_trial
 

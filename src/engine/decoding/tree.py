@@ -33,9 +33,9 @@ from itertools import accumulate
 import torch
 
 from .decode import Generation, _ids, check_fits, prefill
-from .drafts.base import Draft
-from .models.model import Transformer
-from .sampling import UniformBuffer, draw, probs_from_logits, residual_weights, uniforms
+from ..drafts.base import Draft
+from ..models.model import Transformer
+from ..sampling import UniformBuffer, draw, probs_from_logits, residual_weights, uniforms
 
 
 def check_widths(widths, name: str = "tree widths") -> tuple[int, ...]:
