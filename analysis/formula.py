@@ -2,7 +2,7 @@
 report takes the map's k grid (MAP_KS).
 
 Pure functions of numbers (elementwise over numpy arrays): chars per pass from the per-position
-survival S_i or from an i.i.d. acceptance a (`iid_chars_per_pass`, from src/engine/formula.py, the
+survival S_i or from an i.i.d. acceptance a (`iid_chars_per_pass`, from src/engine/measuring/formula.py, the
 one copy the trial uses too), the speedup of the extended cost model with its loop overheads
 (analysis/cost_models.py fits them), and the pays map's best chain speedup over k. With no
 overheads and tv = t1 the speedup is the seed's cpp / (1 + k c) (`seed_speedup`).
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from src.engine.formula import iid_chars_per_pass, seed_speedup  # noqa: F401  (one copy, used from here too)
+from src.engine.measuring.formula import iid_chars_per_pass, seed_speedup  # noqa: F401  (one copy, used from here too)
 
 MAP_KS = tuple(range(1, 17))    # the pays map's chain picks its best k among these
 

@@ -15,7 +15,7 @@ target and the draft come from the cache as a trial's do (trained and cached fir
 - acceptance: for a chain, at each k, `--seqs` speculative generations of the config's n_chars
   (seeds seed, seed+1, ...; the loop's counters only, nothing timed), each pass adding the
   probability that drafts 1..i of its drawn chain are all accepted, r_1 ... r_{i-1} beta_i
-  (src/engine/acceptance.py: loop_survival): S_i, averaged over the loop's own passes, so at the
+  (src/engine/measuring/acceptance.py: loop_survival): S_i, averaged over the loop's own passes, so at the
   prefixes where the loop starts them (after a residual or a bonus char; uniform prefixes of target
   text overstated the chars per pass by 2-7% on the medium target). Position matters (draft i is
   kept only if 1..i-1 were; a draft's i-th guess is worse than its first): S_i is measured per
@@ -45,7 +45,7 @@ loop overheads. For a chain of fixed k in the tool's own loop they are measured 
 a trial at batch 1 measures them (`loop_probes`; at B > 1 the batch's loops, `batch_loop_probes`;
 engine=transformers measures its loop's own way, below; a draft whose replay diverges from its
 recorded run gets none, said in a warning): the baseline loop of n_chars and the speculative loop
-replaying one recorded run's proposals at no drafting cost (src/engine/replay.py) are timed in the
+replaying one recorded run's proposals at no drafting cost (src/engine/measuring/replay.py) are timed in the
 same interleaved rounds as t1, tv and td, o_base = the baseline loop's step beyond t1 and o_pass =
 the free loop's pass beyond tv (the table's o_base and o_pass columns); gamma, a draft's in-loop
 excess over its td, is 0 (a model draft's td is its in-loop time, above). Elsewhere
@@ -465,9 +465,9 @@ def measure(cfg, ks: list[int], shapes, seqs: int, every: int, seed: int, loaded
     import time
 
     import torch
-    from src.engine.acceptance import loop_survival, mean_overlap, sample_text, tree_chars_rows
+    from src.engine.measuring.acceptance import loop_survival, mean_overlap, sample_text, tree_chars_rows
     from src.engine.drafts.model_draft import ModelDraft
-    from src.engine.measure import measure_cost, replay_draft_costs, verify_pass
+    from src.engine.measuring.measure import measure_cost, replay_draft_costs, verify_pass
     from src.engine.decoding.tree import build_tree
     from src.engine.engines import Engine
     from src.trial.load import build_draft, load_target
@@ -565,7 +565,7 @@ def loop_overheads(m: dict) -> Overheads:
 def loop_probes(model, draft, prompt: list[int], n: int, k: int, temperature: float, device: str, seed: int):
     """measure_cost's `loops` for a chain at k, as a trial builds them (src/trial/trial.py): "free",
     the speculative loop replaying the proposals recorded in one run from `seed`
-    (src/engine/replay.py: the verify pass as it runs in the loop plus the loop's own work, no
+    (src/engine/measuring/replay.py: the verify pass as it runs in the loop plus the loop's own work, no
     drafting), and "base", the baseline loop of n chars. None (and a warning) where the replay
     diverges from the recorded run."""
     import torch
@@ -583,7 +583,7 @@ def loop_probes(model, draft, prompt: list[int], n: int, k: int, temperature: fl
 def batch_loop_probes(model, draft, prompts: list[list[int]], n: int, k: int, temperature: float, device: str,
                       seed: int):
     """measure_batch_cost's `loops` at B = len(prompts): "free", the batch loop replaying the
-    proposals recorded in one batch run from `seed` (src/engine/replay.py), and "base", the batch's
+    proposals recorded in one batch run from `seed` (src/engine/measuring/replay.py), and "base", the batch's
     baseline loop of n chars. None (and a warning) where the replay diverges."""
     from src.engine.decoding.batch import generate_baseline_batch, generate_speculative_batch, stream_generators
     from src.trial.trial import recorded_loops
@@ -626,7 +626,7 @@ def measure_policy(chosen: dict, model, draft, target, prompt: list[int], seq, a
 
     import torch
     from src.engine.decoding.decode import generate_baseline, generate_speculative
-    from src.engine.measure import measure_cost, replay_draft_costs
+    from src.engine.measuring.measure import measure_cost, replay_draft_costs
     from src.trial.timing_lock import timing_lock
     from src.trial.policies import build_policy
     first = next(iter(chosen.values()))
@@ -673,7 +673,7 @@ def measure_batch(chosen: dict, model, draft, corpus, target, seq, a: float, seq
     import torch
     from src.engine.decoding.batch import generate_speculative_batch, stream_generators
     from src.engine.drafts.model_draft import ModelDraft
-    from src.engine.measure import batch_verify_pass, measure_batch_cost, replay_draft_costs
+    from src.engine.measuring.measure import batch_verify_pass, measure_batch_cost, replay_draft_costs
     from src.trial.batched import batch_prompts
     from src.trial.timing_lock import timing_lock
     first = next(iter(chosen.values()))

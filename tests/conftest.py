@@ -25,7 +25,7 @@ PROMPT = "the cat "
 
 def compose_cfg(corpus_path, cache_dir, *overrides: str):
     # one pair and fixed cost rounds: the adaptive ones (pairs added until the interval is narrow,
-    # up to 24 pairs or 30 s a trial) are tested in tests/engine/test_timing.py and
+    # up to 24 pairs or 30 s a trial) are tested in tests/engine/measuring/test_timing.py and
     # tests/trial/test_trial_timing.py, which ask for them
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         return compose("config", overrides=[

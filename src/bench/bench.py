@@ -41,9 +41,9 @@ from omegaconf import DictConfig, OmegaConf
 from .. import sweep  # noqa: F401  (its warning filter, before Hydra composes the launcher configs)
 from ..engine.decoding.decode import generate_speculative
 from ..engine.errors import SpecsweepError, refuse
-from ..engine.measure import measure_cost
+from ..engine.measuring.measure import measure_cost
 from ..engine.models.quantize import quantized_copy
-from ..engine.timing import median_interval, timed
+from ..engine.measuring.timing import median_interval, timed
 from ..engine.models.train import evaluate
 from ..engine.decoding.tree import generate_tree, max_nodes
 from ..paths import CONF_DIR

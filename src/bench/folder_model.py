@@ -42,7 +42,7 @@ from ..engine.engines import Engine
 from ..engine.errors import ArgParser, at_least
 from ..engine.hf_model import load_checkpoint
 from ..engine.library import _transformers, rewind
-from ..engine.timing import interleaved_medians
+from ..engine.measuring.timing import interleaved_medians
 
 KS = (1, 2, 4, 8)
 

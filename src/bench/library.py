@@ -26,8 +26,8 @@ import torch
 
 from ..engine.decoding.decode import generate_baseline, generate_speculative, prefill
 from ..engine.library import LibraryLoop, assistant_proposal, cached_passes
-from ..engine.measure import proposal
-from ..engine.timing import interleaved_rounds
+from ..engine.measuring.measure import proposal
+from ..engine.measuring.timing import interleaved_rounds
 from ..trial.load import build_draft
 from ..trial.spec import trial_spec
 

@@ -21,7 +21,7 @@ best fixed k <= cap at that price:
   that reads only the draft's information is one of them), short of the uniforms (a rule that
   reads those changes the output law).
 The chains start at uniform positions of target text, not at the loop's own pass starts
-(src/engine/acceptance.py: on the medium target that overstated chars per pass by 2-7%); the
+(src/engine/measuring/acceptance.py: on the medium target that overstated chars per pass by 2-7%); the
 ratios between rules are what this reads.
 
     python -m src.bench.policy_ceiling
@@ -35,7 +35,7 @@ import warnings
 import torch
 from hydra import compose, initialize_config_dir
 
-from ..engine.acceptance import chain_acceptance, sample_text
+from ..engine.measuring.acceptance import chain_acceptance, sample_text
 from ..engine.errors import ArgParser, SpecsweepError, at_least, refuse
 from ..paths import CONF_DIR
 from ..trial.load import build_draft, load_target

@@ -328,7 +328,7 @@ def library_cost(loop: LibraryLoop, prompt: list[int], k: int, reps: int, rounds
     the library's plain-sampling loop (`base_pass_us`: its time per generated char, every step's
     pass and framework work). keep_rounds: as in measure.component_times."""
     from transformers.generation.candidate_generator import PromptLookupCandidateGenerator
-    from .measure import component_times
+    from .measuring.measure import component_times
     ids = torch.tensor([prompt], device=device)
     target_pass = cached_passes(loop.target, prompt, k + 1)
     blocks = {"target": (target_pass(1), reps)}

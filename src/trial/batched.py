@@ -13,9 +13,9 @@ import statistics
 import torch
 
 from ..engine.decoding.batch import BatchGeneration, generate_baseline_batch, generate_speculative_batch, stream_generators
-from ..engine.formula import seed_speedup
-from ..engine.measure import measure_batch_cost
-from ..engine.timing import paired_timing
+from ..engine.measuring.formula import seed_speedup
+from ..engine.measuring.measure import measure_batch_cost
+from ..engine.measuring.timing import paired_timing
 from .spec import TrialSpec
 
 

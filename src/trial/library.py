@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 
 from ..engine.library import LibraryLoop, library_cost
-from ..engine.timing import paired_timing
+from ..engine.measuring.timing import paired_timing
 from .spec import TrialSpec
 
 # the tool's policy -> transformers' schedule of the assistant's generation config

@@ -16,10 +16,10 @@ import json
 import platform
 import socket
 
-from ..engine.acceptance import acceptance_map
+from ..engine.measuring.acceptance import acceptance_map
 from ..engine.atomic import write_text
 from ..engine.locks import BUILD_WAIT_S, file_lock
-from ..engine.measure import cost_profile
+from ..engine.measuring.measure import cost_profile
 from ..engine.decoding.policy import Policy, make_policy
 from .spec import TrialSpec
 

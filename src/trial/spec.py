@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..engine.errors import SpecsweepError
-from ..engine.timing import cost_round_options, timing_options
+from ..engine.measuring.timing import cost_round_options, timing_options
 from ..engine.models.train import TrainConfig
 from ..engine.decoding.tree import check_widths, max_nodes
 from ..paths import REPO

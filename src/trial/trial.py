@@ -15,10 +15,10 @@ import torch
 
 from ..engine.decoding.decode import generate_baseline, generate_speculative
 from ..engine.engines import Engine
-from ..engine.formula import seed_speedup
-from ..engine.measure import exactness_check, measure_cost
-from ..engine.replay import ProposalRecorder, ReplayDraft
-from ..engine.timing import PairedTiming, paired_timing
+from ..engine.measuring.formula import seed_speedup
+from ..engine.measuring.measure import exactness_check, measure_cost
+from ..engine.measuring.replay import ProposalRecorder, ReplayDraft
+from ..engine.measuring.timing import PairedTiming, paired_timing
 from ..engine.decoding.tree import generate_tree, max_nodes
 from .batched import batch_measurements, batch_prompts, sequence_rows
 from .policies import build_policy
@@ -42,7 +42,7 @@ class TrialResult:
 
 def free_loop_run(speculate, recorder: ProposalRecorder, g):
     """(run, passes) for measure_cost's free loop (`loops`): the loop replaying the counter run's
-    recorded proposals (src/engine/replay.py), timed as the speculative arm is (no overlap
+    recorded proposals (src/engine/measuring/replay.py), timed as the speculative arm is (no overlap
     counter); speculate(track_overlap, with_draft) runs the trial's loop. Run once here, untimed, to
     check it makes the counter run's passes and chars; None, with a warning, where it does not (a
     draft that is not deterministic given the seed)."""

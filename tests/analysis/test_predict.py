@@ -16,7 +16,7 @@ from analysis import figures
 from analysis.formula import MAP_KS, Overheads, chars_per_pass, iid_chars_per_pass, pays_grid, speedup
 from analysis.pays import PaysInputs
 from analysis.predict import ape_summary, measure, prediction_table, probes_after, without_loops
-from src.engine.acceptance import chain_survival, expected_accepted, loop_survival, sample_text, survival
+from src.engine.measuring.acceptance import chain_survival, expected_accepted, loop_survival, sample_text, survival
 from src.engine.drafts.model_draft import ModelDraft
 from src.engine.sampling import uniforms
 from src.engine.decoding.tree import Tree, tree_accept
@@ -226,8 +226,8 @@ def test_measure_on_the_tiny_model(tiny):
 
 
 def in_loop_asked(monkeypatch, name: str) -> list:
-    """The `in_loop` argument of every call of src.engine.measure's `name` (it still runs)."""
-    import src.engine.measure as measure_mod
+    """The `in_loop` argument of every call of src.engine.measuring.measure's `name` (it still runs)."""
+    import src.engine.measuring.measure as measure_mod
     asked = []
     real = getattr(measure_mod, name)
 
@@ -307,7 +307,7 @@ def test_at_a_batch_a_model_drafts_td_is_its_batch_proposal_after_a_verify_pass(
 
 
 def test_a_table_drafts_cold_replay_follows_a_verify_pass_in_a_chain_not_in_a_tree(tiny, monkeypatch):
-    import src.engine.measure as measure_mod
+    import src.engine.measuring.measure as measure_mod
     befores = []
     real = measure_mod.replay_draft_costs
 

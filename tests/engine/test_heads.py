@@ -14,7 +14,7 @@ from src.engine.decoding.decode import generate_baseline, generate_speculative, 
 from src.engine.drafts import BigramDraft, HeadsDraft
 from src.engine.drafts import heads as heads_module
 from src.engine.errors import SpecsweepError
-from src.engine.measure import measure_cost
+from src.engine.measuring.measure import measure_cost
 from tests.chisquare import varying_multinomial_test
 from src.trial.spec import trial_spec
 from tests.conftest import draft_options

@@ -25,7 +25,7 @@ import pytest
 import torch
 
 import src.engine.decoding.decode as decode_mod
-from src.engine.acceptance import acceptance_map
+from src.engine.measuring.acceptance import acceptance_map
 from src.engine.decoding.decode import generate_baseline, generate_speculative
 from src.engine.decoding.policy import (AcceptanceMap, ConfidencePolicy, CostPolicy, HeuristicPolicy, Policy, make_policy)
 from src.engine.sampling import speculative_accept
@@ -209,7 +209,7 @@ def test_the_acceptance_map_is_its_bins_mean_acceptance(tiny, drafts):
     assert list(amap.edges) == sorted(amap.edges) and len(amap.values) == len(amap.edges) + 1
     assert all(0 <= v <= 1 for v in amap.values)
     # recompute one bin by hand from the same draws
-    from src.engine.acceptance import sample_text
+    from src.engine.measuring.acceptance import sample_text
     seq, p = sample_text(target.model, prompt, 8, 30, 5, 1.0)
     q = draft.probs(seq, 1.0)[:, len(prompt) - 1:len(prompt) - 1 + 30].reshape(-1, p.shape[-1]).double()
     d = torch.multinomial(q, 1, generator=torch.Generator().manual_seed(6))

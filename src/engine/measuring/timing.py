@@ -14,7 +14,7 @@ are added until the interval at the stated level is at most `target_width` of th
 The coverage reported is the interval's coverage at the number of pairs it stopped at. Stopping
 because the interval is narrow (optional stopping) costs a little of it: in simulations with
 5% noise per run, intervals reported at ~97% covered the planted median ~95% of the time, which
-is the level asked for (tests/engine/test_timing.py checks this).
+is the level asked for (tests/engine/measuring/test_timing.py checks this).
 
 Every timed run also records CPU time / wall time: well below 1 for a single-threaded run means
 the process was descheduled. Component costs (`interleaved_medians`) are timed in interleaved
@@ -36,7 +36,7 @@ from typing import Callable
 
 import torch
 
-from .errors import SpecsweepError
+from ..errors import SpecsweepError
 
 Clock = Callable[[], float]
 
@@ -76,7 +76,7 @@ def round_ratio(a: list[float], b: list[float]) -> float:
     """Median over rounds of a[r] / b[r]: two components' ratio taken within each round, where the
     machine ran at one speed, as a pair's ratio is. On a machine whose speed changes from round to
     round the ratio of the two medians can mix a fast round of one with a slow round of the
-    other (tests/engine/test_timing.py plants that)."""
+    other (tests/engine/measuring/test_timing.py plants that)."""
     return statistics.median(x / y for x, y in zip(a, b, strict=True))
 
 

@@ -10,8 +10,8 @@ import pytest
 
 import torch
 
-from src.engine import measure as measure_mod
-from src.engine.measure import measure_batch_cost, measure_cost, replay_draft_costs
+from src.engine.measuring import measure as measure_mod
+from src.engine.measuring.measure import measure_batch_cost, measure_cost, replay_draft_costs
 
 from tests.conftest import PROMPT
 

@@ -17,8 +17,8 @@ from itertools import product
 import pytest
 
 from src.engine.errors import SpecsweepError
-from src.engine.measure import pass_per_reference
-from src.engine.timing import (FIXED, PAIRS_CAP, ROUNDS_CAP, TIME_CAP, WIDTH, adaptive_rounds, cost_round_options,
+from src.engine.measuring.measure import pass_per_reference
+from src.engine.measuring.timing import (FIXED, PAIRS_CAP, ROUNDS_CAP, TIME_CAP, WIDTH, adaptive_rounds, cost_round_options,
                                interleaved_medians, median_interval, median_rank, paired_timing,
                                rank_coverage, relative_width, round_ratio, stop_reason, timed, timing_options)
 

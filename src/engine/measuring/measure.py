@@ -10,12 +10,12 @@ import time
 
 import torch
 
-from .decoding.batch import prefill_batch
-from .decoding.decode import prefill
-from .drafts.base import Draft
-from .sampling import UniformBuffer, probs_from_logits, sample, speculative_accept, tvd, uniforms
+from ..decoding.batch import prefill_batch
+from ..decoding.decode import prefill
+from ..drafts.base import Draft
+from ..sampling import UniformBuffer, probs_from_logits, sample, speculative_accept, tvd, uniforms
 from .timing import FIXED, WIDTH, adaptive_rounds, interleaved_rounds, relative_width, round_ratio
-from .decoding.tree import TreeMasks, build_tree, max_nodes, tree_accept, tree_inputs
+from ..decoding.tree import TreeMasks, build_tree, max_nodes, tree_accept, tree_inputs
 
 
 def proposal(draft: Draft, prompt: list[int], k: int, temperature: float, gen: torch.Generator):
@@ -95,7 +95,7 @@ def measure_cost(target, draft: Draft, prompt: list[int], k: int, temperature: f
     the draft's time per node.
     loops: name -> (run, passes): whole generations also timed as interleaved components, one run
     a round; `<name>_pass_us` is its time per pass. The trial times two (run_trial): `free`, the
-    speculative loop with a free draft (src/engine/replay.py: the verify pass inside the loop plus
+    speculative loop with a free draft (src/engine/measuring/replay.py: the verify pass inside the loop plus
     the loop's own work, no drafting), and `base`, the baseline loop (a target pass plus its
     sampling), so that the cost model's loop times are measured in the same rounds as t1 and td.
     With a `base` loop, `<name>_per_base` gives each other component (target, verify, draft per
@@ -226,7 +226,7 @@ def measure_batch_cost(target, draft: Draft, prompts: list[list[int]], k: int, t
     stays the cost of drafting one char per sequence in units of the batch's one-char pass).
     Same rounds and width test as measure_cost. loops: as measure_cost's, whole batch runs timed
     as components (analysis.predict times the batch's baseline loop and its free loop, replaying a
-    recorded batch run: src/engine/replay.py); a trial at B > 1 times none.
+    recorded batch run: src/engine/measuring/replay.py); a trial at B > 1 times none.
     in_loop: also time the proposal as the batch loop runs it, right after a verify pass, in a block
     of reps // k calls ("verify, draft 2": a batch's draft of its own feeds every row its last two
     chars at each proposal, ModelDraft.propose_batch, so its share of two-char catch-ups is 1):

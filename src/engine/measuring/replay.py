@@ -10,13 +10,13 @@ of a slow draft, and a held-out cheap draft (bigram) inherited the wrong split.
 proposal is kept with the generator's state right after it. `ReplayDraft` hands the kept
 proposals back in order and restores that state, so the acceptance tests draw the same
 uniforms (the loop's buffer shares the generator with the draft) and the replayed run makes the
-same passes and emits the same chars as the recorded one (tests/engine/test_replay.py checks it).
+same passes and emits the same chars as the recorded one (tests/engine/measuring/test_replay.py checks it).
 Replaying costs a list lookup and one `Generator.set_state` per pass.
 
 A batch (src/engine/decoding/batch.py) is recorded and replayed the same way through `propose_batch`: each
 call is kept with, per row, its uniform source's state right after it (a `UniformBuffer`'s block,
 its position and its generator's state), and the replay restores them all, so every row's
-acceptance tests draw what they drew (tests/engine/test_replay.py checks it for a batch too).
+acceptance tests draw what they drew (tests/engine/measuring/test_replay.py checks it for a batch too).
 
 Row objects (table drafts' lazily built `MixtureRow`s) are handed back as copies without their
 dense form (`MixtureRow.__copy__`), so the dense row the acceptance test builds on a rejection is
@@ -31,8 +31,8 @@ import copy
 
 import torch
 
-from .drafts.base import Draft
-from .sampling import UniformBuffer
+from ..drafts.base import Draft
+from ..sampling import UniformBuffer
 
 
 class ProposalRecorder(Draft):

@@ -32,10 +32,10 @@ from __future__ import annotations
 
 import torch
 
-from .decoding.decode import generate_speculative, prefill
-from .decoding.policy import AcceptanceMap
-from .sampling import kept_probs, overlap, probs_from_logits, residual_weights, survival
-from .decoding.tree import TreeMasks, build_tree, max_nodes, tree_verify
+from ..decoding.decode import generate_speculative, prefill
+from ..decoding.policy import AcceptanceMap
+from ..sampling import kept_probs, overlap, probs_from_logits, residual_weights, survival
+from ..decoding.tree import TreeMasks, build_tree, max_nodes, tree_verify
 
 
 @torch.no_grad()

@@ -1,4 +1,4 @@
-"""The free loop (src/engine/replay.py): replaying a run's recorded proposals makes the same run.
+"""The free loop (src/engine/measuring/replay.py): replaying a run's recorded proposals makes the same run.
 
 For every shipped draft on the tiny model, at k = 1 and 4: the counter run with the recorder and
 its replay emit the same chars with the same passes, proposals and acceptances, and the replay
@@ -16,8 +16,8 @@ import torch
 
 from src.engine.decoding.batch import generate_speculative_batch, stream_generators
 from src.engine.decoding.decode import generate_baseline, generate_speculative
-from src.engine.measure import measure_cost
-from src.engine.replay import ProposalRecorder, ReplayDraft
+from src.engine.measuring.measure import measure_cost
+from src.engine.measuring.replay import ProposalRecorder, ReplayDraft
 
 from tests.conftest import PROMPT, compose_cfg
 from src.trial.spec import trial_spec
