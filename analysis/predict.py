@@ -469,7 +469,7 @@ def measure(cfg, ks: list[int], shapes, seqs: int, every: int, seed: int, loaded
     from src.engine.drafts.model_draft import ModelDraft
     from src.engine.measuring.measure import measure_cost, replay_draft_costs, verify_pass
     from src.engine.decoding.tree import build_tree
-    from src.engine.engines import Engine
+    from src.engine.runtimes.engines import Engine
     from src.trial.load import build_draft, load_target
     from src.trial.timing_lock import timing_lock
     t0 = time.perf_counter()

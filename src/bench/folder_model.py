@@ -38,7 +38,7 @@ from pathlib import Path
 
 import torch
 
-from ..engine.engines import Engine
+from ..engine.runtimes.engines import Engine
 from ..engine.errors import ArgParser, at_least
 from ..engine.hf_model import load_checkpoint
 from ..engine.library import _transformers, rewind

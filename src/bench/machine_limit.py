@@ -26,7 +26,7 @@ import torch
 from omegaconf import OmegaConf
 
 from ..engine.decoding.decode import prefill
-from ..engine.engines import ENGINES, Engine
+from ..engine.runtimes.engines import ENGINES, Engine
 from ..engine.library import LibraryLoop, cached_passes, library_cost, to_transformers
 from ..engine.measuring.measure import measure_cost
 from ..engine.measuring.roofline import measure_machine, pass_cost

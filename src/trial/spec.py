@@ -69,7 +69,7 @@ class TimingSpec:
 
 @dataclass(frozen=True)
 class EngineSpec:
-    name: str                    # eager | compiled | onnx | transformers (src/engine/engines.py)
+    name: str                    # eager | compiled | onnx | transformers (src/engine/runtimes/engines.py)
     mode: str | None             # torch.compile's mode
     options: dict                # inductor options
 
@@ -392,7 +392,7 @@ def timing_spec(node) -> TimingSpec:
 
 
 def engine_spec(node) -> EngineSpec:
-    from ..engine.engines import ENGINES
+    from ..engine.runtimes.engines import ENGINES
     e = _Reader(node, "engine.")
     name = e["name"]
     if name not in ENGINES:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..engine.decoding.decode import generate_baseline, generate_speculative
-from ..engine.engines import Engine
+from ..engine.runtimes.engines import Engine
 from ..engine.measuring.formula import seed_speedup
 from ..engine.measuring.measure import exactness_check, measure_cost
 from ..engine.measuring.replay import ProposalRecorder, ReplayDraft

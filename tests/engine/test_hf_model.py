@@ -27,7 +27,7 @@ from src.engine.errors import SpecsweepError
 from src.engine.hf_model import MARKER, HFModel, char_tokenizer, export_checkpoint, load_checkpoint
 from src.engine.library import _transformers
 from tests.chisquare import varying_multinomial_test
-from tests.engine.test_engines import engine, engine_cache  # noqa: F401 - a fixture
+from tests.engine.runtimes.test_engines import engine, engine_cache  # noqa: F401 - a fixture
 
 ALPHA = 1e-4
 ARCHS = ("gpt2", "llama", "qwen2")

@@ -42,7 +42,7 @@ from src.engine.sampling import (UniformBuffer, accept_rows, draw, draw_rows, re
                                  uniforms)
 from tests.chisquare import varying_multinomial_test
 from tests.conftest import compose_cfg, draft_for
-from tests.engine.test_engines import engine, engine_cache  # noqa: F401  (engine_cache: the session's compile cache)
+from tests.engine.runtimes.test_engines import engine, engine_cache  # noqa: F401  (engine_cache: the session's compile cache)
 from tests.engine.decoding.test_exactness import ALPHA
 
 B = 4
@@ -123,7 +123,7 @@ def test_ragged_batch_passes_on_the_onnx_engine(tiny, engine_cache):
 
 
 def test_the_ragged_test_catches_an_onnx_batch_mask_of_the_longest_row(tiny, engine_cache, monkeypatch):
-    from src.engine.onnx_engine import OnnxModel
+    from src.engine.runtimes.onnx_engine import OnnxModel
     _, _, target = tiny
     runner = engine("onnx", engine_cache).wrap(target.model)
     right = OnnxModel.batch_masks

@@ -13,7 +13,7 @@ its mask allows and to the inputs before it; a tree's mask says which). Outputs:
 (H, T, Dh), which the runner then writes into its cache at the pass's slots. The scores over the
 cache and over the new inputs are taken apart and softmaxed together, so the cache is never
 copied into the graph. The math is the eager forward's (softmax over the same scores, in
-another order of additions): logits agree to float32 rounding (tests/engine/test_engines.py).
+another order of additions): logits agree to float32 rounding (tests/engine/runtimes/test_engines.py).
 
 A batch of B > 1 sequences (src/engine/decoding/batch.py: chains only) runs the same graph with a batch
 axis in front: ids and positions (B, T), each row at its own positions; the cache (L, B, H, Dh, S)
@@ -44,10 +44,10 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from .atomic import atomic_path, seal, sealed, unseal
-from .errors import SpecsweepError
-from .locks import BUILD_WAIT_S, file_lock
-from .models.model import Transformer
+from ..atomic import atomic_path, seal, sealed, unseal
+from ..errors import SpecsweepError
+from ..locks import BUILD_WAIT_S, file_lock
+from ..models.model import Transformer
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ run on the same engine.
 
 - `eager`: the Transformer itself (PyTorch eager: one dispatch per op).
 - `onnx`: ONNX Runtime, one session per pass width, the KV cache outside the graph
-  (src/engine/onnx_engine.py).
+  (src/engine/runtimes/onnx_engine.py).
 - `compiled`: `torch.compile` of the cached forward with static shapes (dynamic=False): one
   graph per pass shape (batch and width, positions shared or per sequence, per tree mask shape,
   per return_hidden), as gpt-fast compiles its decode step; the first call of each shape
@@ -41,8 +41,8 @@ from pathlib import Path
 
 import torch
 
-from .errors import SpecsweepError
-from .models.model import Transformer
+from ..errors import SpecsweepError
+from ..models.model import Transformer
 
 log = logging.getLogger(__name__)
 

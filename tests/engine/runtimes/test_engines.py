@@ -20,9 +20,9 @@ import pytest
 import torch
 
 from src.engine.decoding.decode import generate_baseline, generate_speculative, prefill
-from src.engine.engines import Engine
+from src.engine.runtimes.engines import Engine
 from src.engine.models.model import ModelConfig, Transformer
-from src.engine.onnx_engine import OnnxModel
+from src.engine.runtimes.onnx_engine import OnnxModel
 from src.engine.decoding.tree import generate_tree
 from tests.conftest import compose_cfg, draft_for, session_folder
 from tests.engine.decoding.test_exactness import ALPHA, position_p_values
