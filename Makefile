@@ -76,7 +76,7 @@ export: $(VENV)/.installed ## write a target as a transformers checkpoint (ARGS=
 	$(PY) -m src.export $(ARGS)
 
 bench-folder: $(VENV)/.installed ## a GPT-2-small-shaped model from a folder and a 2-layer draft: load time, memory, pass and verify costs (ARGS="--layers 6")
-	$(PY) -m src.bench.folder_model $(ARGS)
+	$(PY) -m src.bench.folder_model_size $(ARGS)
 
 retrain-default: $(VENV)/.installed ## retrain the shipped default target (src/engine/models/weights/) and compare: 10-25 min on 2 cores (ARGS=--ship: replace it)
 	$(PY) -m src.bench.retrain $(ARGS)

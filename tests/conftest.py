@@ -94,8 +94,8 @@ DRAFT_TEST_OVERRIDES = {"heads": ["draft.steps=150", "draft.rows=256", "draft.po
 def folder_draft_model(tiny, tmp_path_factory) -> Path:
     """A draft model from a folder for the tiny target (draft=hf_model): a 1-layer GPT-2 with random
     weights, the tiny target's vocabulary and context window, and its char tokenizer."""
-    from src.engine.hf_model import char_tokenizer
-    from src.engine.library import _transformers
+    from src.engine.huggingface.folder_model import char_tokenizer
+    from src.engine.huggingface.library_loop import _transformers
     _, _, target = tiny
     t = _transformers()
     folder = tmp_path_factory.mktemp("folder_draft")
@@ -110,7 +110,7 @@ def folder_draft_model(tiny, tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def drafts(tiny, folder_draft_model):
     """name -> draft, for every draft config shipped in conf/draft/ that runs in the tool's loop (a draft of
-    transformers' loop only, prompt_lookup, is tested in tests/engine/test_library.py); hf_model's
+    transformers' loop only, prompt_lookup, is tested in tests/engine/huggingface/test_library_loop.py); hf_model's
     model is `folder_draft_model`."""
     cfg, corpus, target = tiny
     out = {}

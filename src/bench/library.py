@@ -25,7 +25,7 @@ import statistics
 import torch
 
 from ..engine.decoding.decode import generate_baseline, generate_speculative, prefill
-from ..engine.library import LibraryLoop, assistant_proposal, cached_passes
+from ..engine.huggingface.library_loop import LibraryLoop, assistant_proposal, cached_passes
 from ..engine.measuring.measure import proposal
 from ..engine.measuring.timing import interleaved_rounds
 from ..trial.load import build_draft

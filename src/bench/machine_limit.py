@@ -9,7 +9,7 @@
    widths timed in the same rounds), the pass as a multiple of its bound and of its arithmetic,
    the verify-cost curve tv(w) / t1, and the largest logit difference from eager's pass. The
    `transformers` engine's pass is the converted GPT2LMHeadModel's forward over a DynamicCache,
-   cropped back after each call as its loop does (src/engine/library.py); chains only.
+   cropped back after each call as its loop does (src/engine/huggingface/library_loop.py); chains only.
 3. Per engine, the draft cost c of each model draft (int8, int4, int8_kernels, heads) at
    k = `k` of the config, timed as a trial times it (`measure_cost`; `library_cost` for the
    transformers engine, where int8_kernels and heads have no counterpart: "-").
@@ -27,7 +27,7 @@ from omegaconf import OmegaConf
 
 from ..engine.decoding.decode import prefill
 from ..engine.runtimes.engines import ENGINES, Engine
-from ..engine.library import LibraryLoop, cached_passes, library_cost, to_transformers
+from ..engine.huggingface.library_loop import LibraryLoop, cached_passes, library_cost, to_transformers
 from ..engine.measuring.measure import measure_cost
 from ..engine.measuring.roofline import measure_machine, pass_cost
 from ..engine.measuring.timing import interleaved_rounds

@@ -42,8 +42,8 @@ def check_inputs(spec: TrialSpec) -> Corpus:
 
 def folder_tokens(folder: str) -> list[str]:
     """The tokens of a folder model's tokenizer, in id order (one-line refusal if it does not load)."""
-    from ..engine.hf_model import HFTokenizer
-    from ..engine.library import _transformers
+    from ..engine.huggingface.folder_model import HFTokenizer
+    from ..engine.huggingface.library_loop import _transformers
     try:
         return HFTokenizer(_transformers().AutoTokenizer.from_pretrained(folder, local_files_only=True)).chars
     except Exception as e:   # noqa: BLE001
@@ -66,8 +66,8 @@ def check_folder_prompt(spec: TrialSpec) -> None:
     draft whose build holds a row of it per training position (distilled) and small enough for a
     table draft's order (its context codes fit an int64), its tokenizer must encode the prompt, and
     prompt + n_chars + k tokens must fit its context window (the spec counted chars)."""
-    from ..engine.hf_model import HFTokenizer
-    from ..engine.library import _transformers
+    from ..engine.huggingface.folder_model import HFTokenizer
+    from ..engine.huggingface.library_loop import _transformers
     folder = spec.target.model["path"]
     try:
         tok = HFTokenizer(_transformers().AutoTokenizer.from_pretrained(folder, local_files_only=True))

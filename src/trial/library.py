@@ -1,6 +1,6 @@
 """One cell through transformers' own loop (engine=transformers): counters, costs and paired timing.
 
-Both arms run `generate` on converted copies of the trial's target and draft (src/engine/library.py):
+Both arms run `generate` on converted copies of the trial's target and draft (src/engine/huggingface/library_loop.py):
 the baseline is plain sampling, the speculative arm assisted generation (a model draft as
 `assistant_model`) or prompt lookup (draft=prompt_lookup). The metrics carry the same names as the
 tool's loop's (src/trial/trial.py: sequence_measurements), so the analysis reads both; where the
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ..engine.library import LibraryLoop, library_cost
+from ..engine.huggingface.library_loop import LibraryLoop, library_cost
 from ..engine.measuring.timing import paired_timing
 from .spec import TrialSpec
 

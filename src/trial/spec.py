@@ -211,7 +211,7 @@ def is_folder_model(model: dict) -> bool:
 def folder_model(node, where: str = "model") -> dict:
     """model=hf: {source, path (absolute), max_len, block_size (the config's context window, capped
     by max_len)}; the folder is checked to hold a checkpoint, its config read (no weights loaded)."""
-    from ..engine.hf_model import check_folder, context_window
+    from ..engine.huggingface.folder_model import check_folder, context_window
     extra = sorted(set(node) - set(FOLDER_MODEL_KEYS))
     if extra:
         raise SpecsweepError(f"{where}=hf has unknown keys: {', '.join(extra)} (known: {', '.join(FOLDER_MODEL_KEYS)})")
@@ -457,7 +457,7 @@ def trial_spec(config) -> TrialSpec:
     samples = integer("exactness.samples", e["samples"], 1)
     if boolean("exactness.enabled", e["enabled"]) and getattr(draft_class(draft.cls), "library_only", False):
         raise SpecsweepError(f"exactness.enabled: draft {draft.name!r} has no distribution of its own to check; "
-                             "tests/engine/test_library.py checks the library's sampler")
+                             "tests/engine/huggingface/test_library_loop.py checks the library's sampler")
     return TrialSpec(target=target, draft=draft, k=k, tree=tree, seed=integer("seed", c["seed"], 0), n_chars=n_chars,
                      temperature=temperature, prompt=prompt, threads=integer("threads", c["threads"], 1),
                      device=device, timing=timing_spec(c.sub("timing").node), engine=engine,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from src.engine.library import LibraryLoop
+from src.engine.huggingface.library_loop import LibraryLoop
 from src.trial.load import build_draft, load_target
 from src.trial.spec import trial_spec
 from src.trial.trial import run_trial

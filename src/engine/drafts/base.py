@@ -28,13 +28,13 @@ class Draft:
     # a draft whose proposal depends only on the committed chars and its uniforms (the table
     # drafts) with the default below, a draft with state per sequence by overriding it
     batched: bool = False
-    # Its counterpart in transformers' loop (engine=transformers, src/engine/library.py): "assistant"
+    # Its counterpart in transformers' loop (engine=transformers, src/engine/huggingface/library_loop.py): "assistant"
     # (a model draft whose `model` is a Transformer, passed as `assistant_model`), "prompt_lookup"
     # (transformers' prompt lookup), or None: no counterpart, refused there before any work.
     library: str | None = None
     # True for a draft that runs in transformers' loop only (prompt_lookup): refused on the tool's engines
     library_only: bool = False
-    # True for a draft that drafts for a model from a folder (model=hf, src/engine/hf_model.py): one that
+    # True for a draft that drafts for a model from a folder (model=hf, src/engine/huggingface/folder_model.py): one that
     # reads only token ids and the target's forward (bigram, the table drafts), or copies the target as
     # any nn.Module (int8_kernels); the others read the tool's own Transformer (its layout, its hidden
     # state) and are refused with model=hf

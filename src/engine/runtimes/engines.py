@@ -23,9 +23,9 @@ run on the same engine.
   cannot be compiled (or disagrees) falls back to eager, said in `fallbacks`; the target's is
   refused (strict). A model from a folder (model=hf) is compiled through its own
   `compile_pass`: transformers' forward over a StaticCache, on a twin that shares its weights
-  (src/engine/hf_model.py).
+  (src/engine/huggingface/folder_model.py).
 
-- `transformers`: Hugging Face transformers' own `generate` runs both arms (src/engine/library.py,
+- `transformers`: Hugging Face transformers' own `generate` runs both arms (src/engine/huggingface/library_loop.py,
   src/trial/library.py); `wrap` leaves the tool's model eager (the exactness check and the
   conversion read it).
 
@@ -135,7 +135,7 @@ class CompiledModel:
                  strict: bool = True):
         _raise_dynamo_limits()
         self.model, self.label, self.cache_dir, self.strict = model, label, cache_dir, strict
-        if hasattr(model, "compile_pass"):   # a model from a folder (hf_model.HFModel): a twin over a static cache
+        if hasattr(model, "compile_pass"):   # a model from a folder (folder_model.HFModel): a twin over a static cache
             self.model = model.with_static_cache()
             self.compiled = self.model.compile_pass(mode, options)
         else:

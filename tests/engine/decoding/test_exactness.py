@@ -30,7 +30,7 @@ ALPHA = 1e-4
 B = 8000
 
 
-# every draft shipped in conf/draft/ that runs in the tool's loop (prompt_lookup: tests/engine/test_library.py) (the `drafts` fixture builds each from its file)
+# every draft shipped in conf/draft/ that runs in the tool's loop (prompt_lookup: tests/engine/huggingface/test_library_loop.py) (the `drafts` fixture builds each from its file)
 DRAFT_NAMES = sorted(p.stem for p in (CONF_DIR / "draft").glob("*.yaml") if not library_only(p.stem))
 FAST_DRAFTS = ("bigram", "int8")   # `make test-fast` checks these two (a table and a model draft); `make test` all
 

@@ -1,6 +1,6 @@
 """transformers' own loop (engine=transformers) on models from a folder (model=hf): the checkpoint's
 own model is the target, another folder's the assistant; tested like the library's loop on the
-tool's models (tests/engine/test_library.py).
+tool's models (tests/engine/huggingface/test_library_loop.py).
 
 The models: tiny random-weight checkpoints of two architectures (Llama, Qwen2; made here, no hub),
 each with an assistant that is its own weights plus noise, so drafts are often kept and often not;
@@ -20,11 +20,11 @@ import torch
 
 from src.engine.decoding.decode import generate_baseline, generate_speculative
 from src.engine.drafts.model_draft import ModelDraft
-from src.engine.hf_model import char_tokenizer, load_checkpoint
-from src.engine.library import LibraryLoop, _transformers
+from src.engine.huggingface.folder_model import char_tokenizer, load_checkpoint
+from src.engine.huggingface.library_loop import LibraryLoop, _transformers
 from tests.engine.decoding.test_exactness import ALPHA, full_probs, position_p_values
-from tests.engine.test_hf_model import tiny_config
-from tests.engine.test_library import greedy_drafting_assistant
+from tests.engine.huggingface.test_folder_model import tiny_config
+from tests.engine.huggingface.test_library_loop import greedy_drafting_assistant
 
 N = 1000    # generate calls per exactness test
 K = 2       # drafts per pass: positions 1..3 tested, the bonus among them
@@ -39,7 +39,7 @@ OWN_SETTINGS = dict(do_sample=True, temperature=0.7, top_k=5, top_p=0.8, repetit
 def pairs(tiny, tmp_path_factory):
     """arch -> (target folder, assistant folder): the same random-weight checkpoint, and a noisy
     copy of it, each with the tiny target's char tokenizer (and one output row more, as in
-    tests/engine/test_hf_model.py: room for the special token Qwen2's tokenizer class adds)."""
+    tests/engine/huggingface/test_folder_model.py: room for the special token Qwen2's tokenizer class adds)."""
     _, _, target = tiny
     t = _transformers()
     out = {}

@@ -3,7 +3,7 @@
 A GPT-2-small-shaped target (12 layers, width 768, 12 heads, 50,257 tokens, 1,024 positions:
 124 M parameters) and a 2-layer model of the same vocabulary and width, with random weights
 (timing does not depend on their values), are written as transformers checkpoints into a
-temporary folder and run through the adapter of `model=hf` (src/engine/hf_model.py), one torch
+temporary folder and run through the adapter of `model=hf` (src/engine/huggingface/folder_model.py), one torch
 thread as in a trial, on each engine of `--engines` (eager: over transformers' DynamicCache;
 compiled: torch.compile over its StaticCache of `--positions` slots, one graph per pass width,
 compiled in each pass's untimed first call). Per model and engine, one row:
@@ -24,8 +24,8 @@ far, and `load s` is the load of that copy). A model's passes on every engine ar
 same interleaved rounds (`timing.interleaved_medians`), so the engines' t1 are compared side by
 side; the same cache prefix each time (the pass's entries are dropped before the next: a rewind).
 
-    python -m src.bench.folder_model                      # GPT-2 small and a 2-layer draft
-    python -m src.bench.folder_model --layers 6 --context 256 --engines eager
+    python -m src.bench.folder_model_size                      # GPT-2 small and a 2-layer draft
+    python -m src.bench.folder_model_size --layers 6 --context 256 --engines eager
 """
 from __future__ import annotations
 
@@ -40,8 +40,8 @@ import torch
 
 from ..engine.runtimes.engines import Engine
 from ..engine.errors import ArgParser, at_least
-from ..engine.hf_model import load_checkpoint
-from ..engine.library import _transformers, rewind
+from ..engine.huggingface.folder_model import load_checkpoint
+from ..engine.huggingface.library_loop import _transformers, rewind
 from ..engine.measuring.timing import interleaved_medians
 
 KS = (1, 2, 4, 8)
@@ -92,7 +92,7 @@ def pass_times(models: dict, context: int, rounds: int) -> dict[tuple[str, int],
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = ArgParser(prog="python -m src.bench.folder_model", description=__doc__.splitlines()[0])
+    ap = ArgParser(prog="python -m src.bench.folder_model_size", description=__doc__.splitlines()[0])
     ap.add_argument("--layers", type=at_least(1), default=12, help="the target's layers (GPT-2 small: 12)")
     ap.add_argument("--draft-layers", type=at_least(1), default=2)
     ap.add_argument("--width", type=at_least(1), default=768)

@@ -3,10 +3,10 @@
 `to_transformers(model)` converts the tool's `Transformer` into a `GPT2LMHeadModel` with the same
 function: the default target is GPT-2's architecture without biases (learned positions, pre-LN
 blocks, an erf-GELU MLP of width 4 d_model), so the weights are copied (Conv1D keeps nn.Linear's
-weight transposed), every bias is zero and the head is untied. `tests/engine/test_library.py`
+weight transposed), every bias is zero and the head is untied. `tests/engine/huggingface/test_library_loop.py`
 checks the logits equal the tool's eager forward at every position within float32 tolerance.
 
-A model from a folder (model=hf, src/engine/hf_model.py: an `HFModel`) is already a transformers
+A model from a folder (model=hf, src/engine/huggingface/folder_model.py: an `HFModel`) is already a transformers
 causal LM: `as_transformers` hands its own model to the loop, with a generation config of nothing
 of its own (the checkpoint's own config is put back by `close`), so both arms sample the full
 distribution for exactly n tokens, whatever the checkpoint's EOS, top-k or penalties say.
@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 os.environ.setdefault("HF_HUB_OFFLINE", "1")   # never a hub: the models are the tool's own
 import torch
 
-from .models.model import Transformer
+from ..models.model import Transformer
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ WINDOW_KEYS = ("max_position_embeddings", "n_positions", "n_ctx", "seq_length") 
 def as_transformers(model):
     """(a transformers causal LM computing `model`'s logits, the generation config to restore on
     close or None): the tool's Transformer converted (a copy), a model from a folder's own."""
-    hf = getattr(model, "hf", None)   # a model from a folder (hf_model.HFModel) holds its transformers model
+    hf = getattr(model, "hf", None)   # a model from a folder (folder_model.HFModel) holds its transformers model
     if hf is not None:
         saved = hf.generation_config
         hf.generation_config = generation_defaults(_transformers().GenerationConfig())
@@ -175,7 +175,7 @@ def hook(model, fn):
 
 def passes_generation(tokens: list[int], log: list[tuple[int, int]], k: int):
     """A decode.Generation from a library run's per-pass (drafted, kept) log."""
-    from .decoding.decode import Generation
+    from ..decoding.decode import Generation
     g = Generation(tokens, target_passes=len(log), chars_emitted=len(tokens),
                    accepted_at=[sum(kept > i for _, kept in log) for i in range(k)],
                    drafted_at=[sum(d > i for d, _ in log) for i in range(k)], passes_log=list(log))
@@ -328,7 +328,7 @@ def library_cost(loop: LibraryLoop, prompt: list[int], k: int, reps: int, rounds
     the library's plain-sampling loop (`base_pass_us`: its time per generated char, every step's
     pass and framework work). keep_rounds: as in measure.component_times."""
     from transformers.generation.candidate_generator import PromptLookupCandidateGenerator
-    from .measuring.measure import component_times
+    from ..measuring.measure import component_times
     ids = torch.tensor([prompt], device=device)
     target_pass = cached_passes(loop.target, prompt, k + 1)
     blocks = {"target": (target_pass(1), reps)}

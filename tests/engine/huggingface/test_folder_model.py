@@ -1,4 +1,4 @@
-"""Models from a folder (src/engine/hf_model.py): the tool's target exported as a transformers
+"""Models from a folder (src/engine/huggingface/folder_model.py): the tool's target exported as a transformers
 checkpoint loads back with the same logits and the same counters; tiny GPT-2, Llama and Qwen2
 checkpoints with random weights, made here (no hub), run the tool's chain and tree loops exactly.
 
@@ -24,8 +24,8 @@ from src.engine.decoding.decode import generate_baseline, generate_speculative, 
 from src.engine.decoding.tree import Tree, TreeMasks, commit_path, generate_tree, tree_verify
 from src.engine.drafts import BigramDraft
 from src.engine.errors import SpecsweepError
-from src.engine.hf_model import MARKER, HFModel, char_tokenizer, export_checkpoint, load_checkpoint
-from src.engine.library import _transformers
+from src.engine.huggingface.folder_model import MARKER, HFModel, char_tokenizer, export_checkpoint, load_checkpoint
+from src.engine.huggingface.library_loop import _transformers
 from tests.chisquare import varying_multinomial_test
 from tests.engine.runtimes.test_engines import engine, engine_cache  # noqa: F401 - a fixture
 
@@ -314,7 +314,7 @@ def test_the_tree_loop_keeps_the_models_law_and_catches_a_mask_that_does_not_mas
     control: the tree's mask handed over as 0/1 added to the scores instead of 0/-inf (a boolean
     mask taken for an additive one), so every node sees the whole tree, its future included; the
     probe would refuse such an adapter, so it is told the mask works."""
-    import src.engine.hf_model as hf_model
+    import src.engine.huggingface.folder_model as hf_model
     from src.engine.drafts import Int8KernelDraft
     cfg, corpus, target = tiny
     model, tok = load_checkpoint(checkpoints["llama"])

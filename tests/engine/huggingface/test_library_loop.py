@@ -1,4 +1,4 @@
-"""transformers' own loop (engine=transformers, src/engine/library.py): the converter, the counters
+"""transformers' own loop (engine=transformers, src/engine/huggingface/library_loop.py): the converter, the counters
 read from inside the library, and the library's sampler tested for exactness like the tool's.
 
 Exactness: N independent `generate` calls of k+1 new tokens from a fixed prompt, each seeded; for
@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from src.engine.decoding.decode import generate_baseline, generate_speculative
-from src.engine.library import LibraryLoop, to_transformers
+from src.engine.huggingface.library_loop import LibraryLoop, to_transformers
 from src.engine.models.model import ModelConfig, Transformer
 from src.paths import CONF_DIR
 from tests.engine.decoding.test_exactness import ALPHA, full_probs, position_p_values

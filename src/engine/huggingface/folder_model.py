@@ -7,7 +7,7 @@ returns an `HFModel` and an `HFTokenizer`: the interface the tool's loops use of
 
 - `HFModel(ids, input_pos)` runs the model on tokens at positions input_pos, contiguous,
   over the architecture's own cache (transformers' `DynamicCache`): entries at input_pos[0] and
-  beyond are dropped first (`library.rewind`), so rejecting drafts is a rewind of the position, as in the
+  beyond are dropped first (`library_loop.rewind`), so rejecting drafts is a rewind of the position, as in the
   tool's cache written by position. Without a cache (`cache_set_aside`) it is a full forward from
   position 0. A tree pass (`HFModel(ids, input_pos, slots, mask)`, verify=tree) writes its nodes
   at contiguous cache slots after the committed tokens, each at the position of its depth, and
@@ -25,11 +25,11 @@ returns an `HFModel` and an `HFTokenizer`: the interface the tool's loops use of
   cannot encode is refused in one line. Counters the tool calls chars are then tokens.
 
 `export_checkpoint(model, tokenizer, folder)` writes the tool's `Transformer` as a GPT-2
-checkpoint (`library.to_transformers`: the same logits) with a character-level tokenizer that
+checkpoint (`library_loop.to_transformers`: the same logits) with a character-level tokenizer that
 transformers loads (`AutoTokenizer`): one token per character, the tool's vocabulary in its
 order, decoded by concatenation. Loading the export gives the tool's model back: the same
 logits at every position, and the same counters for the same seed
-(tests/engine/test_hf_model.py).
+(tests/engine/huggingface/test_folder_model.py).
 """
 from __future__ import annotations
 
@@ -41,10 +41,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .errors import SpecsweepError
-from .library import WINDOW_KEYS, _transformers, rewind, to_transformers
-from .models.model import Transformer
-from .models.tokenizer import CharTokenizer
+from ..errors import SpecsweepError
+from .library_loop import WINDOW_KEYS, _transformers, rewind, to_transformers
+from ..models.model import Transformer
+from ..models.tokenizer import CharTokenizer
 
 MARKER = "specsweep.json"   # written by export_checkpoint: which of the tool's targets the folder holds
 
