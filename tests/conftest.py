@@ -95,9 +95,9 @@ def folder_draft_model(tiny, tmp_path_factory) -> Path:
     """A draft model from a folder for the tiny target (draft=hf_model): a 1-layer GPT-2 with random
     weights, the tiny target's vocabulary and context window, and its char tokenizer."""
     from src.engine.huggingface.folder_model import char_tokenizer
-    from src.engine.huggingface.library_loop import _transformers
+    from src.engine.huggingface.library_loop import offline_transformers
     _, _, target = tiny
-    t = _transformers()
+    t = offline_transformers()
     folder = tmp_path_factory.mktemp("folder_draft")
     torch.manual_seed(0)
     config = t.GPT2Config(vocab_size=target.tokenizer.vocab_size, n_positions=target.model.cfg.block_size, n_embd=32,

@@ -41,7 +41,7 @@ import torch
 from ..engine.runtimes.engines import Engine
 from ..engine.errors import ArgParser, at_least
 from ..engine.huggingface.folder_model import load_checkpoint
-from ..engine.huggingface.library_loop import _transformers, rewind
+from ..engine.huggingface.library_loop import offline_transformers, rewind
 from ..engine.measuring.timing import interleaved_medians
 
 KS = (1, 2, 4, 8)
@@ -52,11 +52,11 @@ def word_tokenizer(vocab: int):
     from tokenizers import Tokenizer, models, pre_tokenizers
     tok = Tokenizer(models.WordLevel(vocab={f"t{i}": i for i in range(vocab)}, unk_token="t0"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return _transformers().PreTrainedTokenizerFast(tokenizer_object=tok)
+    return offline_transformers().PreTrainedTokenizerFast(tokenizer_object=tok)
 
 
 def write_model(folder: Path, layers: int, width: int, heads: int, vocab: int, positions: int) -> Path:
-    t = _transformers()
+    t = offline_transformers()
     config = t.GPT2Config(vocab_size=vocab, n_positions=positions, n_embd=width, n_layer=layers, n_head=heads,
                           bos_token_id=None, eos_token_id=None, pad_token_id=None)
     torch.manual_seed(0)

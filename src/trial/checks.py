@@ -43,9 +43,9 @@ def check_inputs(spec: TrialSpec) -> Corpus:
 def folder_tokens(folder: str) -> list[str]:
     """The tokens of a folder model's tokenizer, in id order (one-line refusal if it does not load)."""
     from ..engine.huggingface.folder_model import HFTokenizer
-    from ..engine.huggingface.library_loop import _transformers
+    from ..engine.huggingface.library_loop import offline_transformers
     try:
-        return HFTokenizer(_transformers().AutoTokenizer.from_pretrained(folder, local_files_only=True)).chars
+        return HFTokenizer(offline_transformers().AutoTokenizer.from_pretrained(folder, local_files_only=True)).chars
     except Exception as e:   # noqa: BLE001
         raise SpecsweepError(f"model.path {folder}: transformers cannot load its tokenizer "
                              f"({str(e).splitlines()[0][:120] if str(e) else type(e).__name__})") from None
@@ -67,10 +67,10 @@ def check_folder_prompt(spec: TrialSpec) -> None:
     table draft's order (its context codes fit an int64), its tokenizer must encode the prompt, and
     prompt + n_chars + k tokens must fit its context window (the spec counted chars)."""
     from ..engine.huggingface.folder_model import HFTokenizer
-    from ..engine.huggingface.library_loop import _transformers
+    from ..engine.huggingface.library_loop import offline_transformers
     folder = spec.target.model["path"]
     try:
-        tok = HFTokenizer(_transformers().AutoTokenizer.from_pretrained(folder, local_files_only=True))
+        tok = HFTokenizer(offline_transformers().AutoTokenizer.from_pretrained(folder, local_files_only=True))
     except Exception as e:   # noqa: BLE001
         raise SpecsweepError(f"model.path {folder}: transformers cannot load its tokenizer "
                              f"({str(e).splitlines()[0][:120] if str(e) else type(e).__name__})") from None

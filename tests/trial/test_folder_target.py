@@ -115,12 +115,12 @@ def test_a_sweep_over_a_tiny_llama_from_a_folder(tiny, tmp_path):
     on joblib workers; the parent publishes the folder's digest (nothing uploaded), each worker
     reads the folder, and every trial records its key."""
     from src.engine.huggingface.folder_model import char_tokenizer
-    from src.engine.huggingface.library_loop import _transformers
+    from src.engine.huggingface.library_loop import offline_transformers
     from tests.conftest import runs_of
     from tests.engine.huggingface.test_folder_model import tiny_config
     cfg, _, target = tiny
     folder = tmp_path / "llama"
-    _transformers().AutoModelForCausalLM.from_config(tiny_config("llama", target.tokenizer.vocab_size)).save_pretrained(folder)
+    offline_transformers().AutoModelForCausalLM.from_config(tiny_config("llama", target.tokenizer.vocab_size)).save_pretrained(folder)
     char_tokenizer(target.tokenizer.chars).save_pretrained(folder)
     uri = f"sqlite:///{tmp_path}/store/mlflow.db"
     proc = subprocess.run([sys.executable, "-m", "src.run", "-m", "model=hf", f"model.path={folder}",

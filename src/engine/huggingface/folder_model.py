@@ -42,7 +42,7 @@ import torch
 from torch import nn
 
 from ..errors import SpecsweepError
-from .library_loop import WINDOW_KEYS, _transformers, rewind, to_transformers
+from .library_loop import WINDOW_KEYS, offline_transformers, rewind, to_transformers
 from ..models.model import Transformer
 from ..models.tokenizer import CharTokenizer
 
@@ -114,10 +114,10 @@ class HFModel(nn.Module):
             raise SpecsweepError(f"{type(self.hf).__name__} does not honour a custom 4D attention mask, which a "
                                  "tree's verify pass needs: use verify=chain")
         if not self.static:
-            self.cache = _transformers().DynamicCache(config=self.hf.config)
+            self.cache = offline_transformers().DynamicCache(config=self.hf.config)
             return
         if self._static is None:
-            t = _transformers()
+            t = offline_transformers()
             cache = t.StaticCache(config=self.hf.config, max_cache_len=self.cfg.block_size)
             odd = {type(layer).__name__ for layer in cache.layers} - {"StaticLayer"}
             if odd:
@@ -204,7 +204,7 @@ class HFModel(nn.Module):
     def move_cache(self, src: torch.Tensor, dst: torch.Tensor) -> None:
         """Copy the keys and values at cache slots `src` to slots `dst` (a tree's accepted path to
         the slots after the committed tokens), in every layer."""
-        dynamic = _transformers().cache_utils.DynamicLayer
+        dynamic = offline_transformers().cache_utils.DynamicLayer
         for layer in self.cache.layers:
             if type(layer) is not dynamic:
                 raise SpecsweepError(f"{type(self.hf).__name__}'s cache has {type(layer).__name__} layers: a tree's "
@@ -306,7 +306,7 @@ def load_checkpoint(path: str | Path, max_len: int | None = None, device: str = 
     """(HFModel, HFTokenizer) of the checkpoint in `path`, read offline, float32, eval mode."""
     path = Path(path)
     check_folder(path)
-    t = _transformers()
+    t = offline_transformers()
     t.utils.logging.disable_progress_bar()   # its weight-loading bar says nothing a trial's log needs
     try:
         config = t.AutoConfig.from_pretrained(path, local_files_only=True)
@@ -334,7 +334,7 @@ def load_checkpoint(path: str | Path, max_len: int | None = None, device: str = 
 def char_tokenizer(chars: list[str]):
     """A transformers tokenizer of one token per character (ids in `chars`' order), decoded by
     concatenation, with no special tokens: a text with another character cannot be encoded."""
-    t = _transformers()
+    t = offline_transformers()
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     tok = Tokenizer(models.WordLevel(vocab={c: i for i, c in enumerate(chars)}, unk_token=None))
     tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
@@ -350,7 +350,7 @@ def export_checkpoint(model: Transformer, tokenizer: CharTokenizer, folder: str 
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
         raise SpecsweepError(f"{folder} exists and is not an empty folder: export into a new one")
     hf = to_transformers(model).cpu()
-    hf.generation_config = _transformers().GenerationConfig()   # transformers' defaults: no special tokens
+    hf.generation_config = offline_transformers().GenerationConfig()   # transformers' defaults: no special tokens
     folder.mkdir(parents=True, exist_ok=True)
     hf.save_pretrained(folder)
     char_tokenizer(tokenizer.chars).save_pretrained(folder)

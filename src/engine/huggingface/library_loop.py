@@ -47,7 +47,8 @@ from ..models.model import Transformer
 log = logging.getLogger(__name__)
 
 
-def _transformers():
+def offline_transformers():
+    """The transformers module, imported offline (never a hub) and quiet."""
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
     import transformers
@@ -57,7 +58,7 @@ def _transformers():
 
 def gpt2_config(model: Transformer):
     """The GPT2Config of the tool's model's shape: no token has a special role (no EOS stops a run)."""
-    t = _transformers()
+    t = offline_transformers()
     c = model.cfg
     return t.GPT2Config(vocab_size=c.vocab_size, n_positions=c.block_size, n_embd=c.d_model, n_layer=c.n_layer,
                         n_head=c.n_head, n_inner=4 * c.d_model, activation_function="gelu",
@@ -70,7 +71,7 @@ def gpt2_config(model: Transformer):
 def to_transformers(model: Transformer):
     """The tool's Transformer as a GPT2LMHeadModel computing the same logits (eval mode, float32, on
     the model's device). Conv1D computes x @ W + b with W (in, out): nn.Linear's weight transposed."""
-    t = _transformers()
+    t = offline_transformers()
     hf = t.GPT2LMHeadModel(gpt2_config(model)).eval()
     src, dst = model, hf.transformer
     dst.wte.weight.copy_(src.tok_emb.weight)
@@ -102,7 +103,7 @@ def as_transformers(model):
     hf = getattr(model, "hf", None)   # a model from a folder (folder_model.HFModel) holds its transformers model
     if hf is not None:
         saved = hf.generation_config
-        hf.generation_config = generation_defaults(_transformers().GenerationConfig())
+        hf.generation_config = generation_defaults(offline_transformers().GenerationConfig())
         return hf, saved
     return to_transformers(model), None
 

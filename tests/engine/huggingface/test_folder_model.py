@@ -25,7 +25,7 @@ from src.engine.decoding.tree import Tree, TreeMasks, commit_path, generate_tree
 from src.engine.drafts import BigramDraft
 from src.engine.errors import SpecsweepError
 from src.engine.huggingface.folder_model import MARKER, HFModel, char_tokenizer, export_checkpoint, load_checkpoint
-from src.engine.huggingface.library_loop import _transformers
+from src.engine.huggingface.library_loop import offline_transformers
 from tests.chisquare import varying_multinomial_test
 from tests.engine.runtimes.test_engines import engine, engine_cache  # noqa: F401 - a fixture
 
@@ -36,7 +36,7 @@ ARCHS = ("gpt2", "llama", "qwen2")
 def tiny_config(arch: str, vocab: int):
     """A 2-layer config of `arch` with weights drawn wide (initializer_range 0.5): distributions
     peaked and context-dependent, so a loop that attends to the wrong cache entries shows."""
-    t = _transformers()
+    t = offline_transformers()
     common = dict(vocab_size=vocab, bos_token_id=None, eos_token_id=None, pad_token_id=None,
                   initializer_range=0.5, tie_word_embeddings=False)
     if arch == "gpt2":
@@ -54,7 +54,7 @@ def checkpoints(tiny, tmp_path_factory):
     output row more: room for a special token the architecture's tokenizer class adds (Qwen2's
     adds <|endoftext|>), as real checkpoints have rows beyond their tokenizer's."""
     _, _, target = tiny
-    t = _transformers()
+    t = offline_transformers()
     out = {}
     for arch in ARCHS:
         folder = tmp_path_factory.mktemp(arch)
@@ -361,7 +361,7 @@ def test_folders_that_are_not_checkpoints_are_refused(tmp_path, checkpoints):
         load_checkpoint(no_tok)
     seq2seq = tmp_path / "t5"                                               # an architecture that is not a causal LM
     seq2seq.mkdir()
-    _transformers().T5Config(vocab_size=32, d_model=16, num_layers=1, num_heads=2, d_ff=32).save_pretrained(seq2seq)
+    offline_transformers().T5Config(vocab_size=32, d_model=16, num_layers=1, num_heads=2, d_ff=32).save_pretrained(seq2seq)
     (seq2seq / "model.safetensors").write_bytes(b"")
     (seq2seq / "tokenizer.json").write_text("{}")
     with pytest.raises(SpecsweepError, match="not a causal LM"):

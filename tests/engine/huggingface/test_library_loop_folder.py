@@ -21,7 +21,7 @@ import torch
 from src.engine.decoding.decode import generate_baseline, generate_speculative
 from src.engine.drafts.model_draft import ModelDraft
 from src.engine.huggingface.folder_model import char_tokenizer, load_checkpoint
-from src.engine.huggingface.library_loop import LibraryLoop, _transformers
+from src.engine.huggingface.library_loop import LibraryLoop, offline_transformers
 from tests.engine.decoding.test_exactness import ALPHA, full_probs, position_p_values
 from tests.engine.huggingface.test_folder_model import tiny_config
 from tests.engine.huggingface.test_library_loop import greedy_drafting_assistant
@@ -41,7 +41,7 @@ def pairs(tiny, tmp_path_factory):
     copy of it, each with the tiny target's char tokenizer (and one output row more, as in
     tests/engine/huggingface/test_folder_model.py: room for the special token Qwen2's tokenizer class adds)."""
     _, _, target = tiny
-    t = _transformers()
+    t = offline_transformers()
     out = {}
     for arch in ARCHS:
         torch.manual_seed(0)
