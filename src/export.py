@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .bench.config import compose_or_refuse, refusing
 from .engine.errors import ArgParser, refuse
-from .engine.huggingface.folder_model import export_checkpoint
+from .engine.huggingface.checkpoint import export_checkpoint
 from .trial.load import load_target
 from .trial.spec import is_folder_model, repo_path, target_spec
 

@@ -94,8 +94,7 @@ DRAFT_TEST_OVERRIDES = {"heads": ["draft.steps=150", "draft.rows=256", "draft.po
 def folder_draft_model(tiny, tmp_path_factory) -> Path:
     """A draft model from a folder for the tiny target (draft=hf_model): a 1-layer GPT-2 with random
     weights, the tiny target's vocabulary and context window, and its char tokenizer."""
-    from src.engine.huggingface.folder_model import char_tokenizer
-    from src.engine.huggingface.library_loop import offline_transformers
+    from src.engine.huggingface.checkpoint import char_tokenizer, offline_transformers
     _, _, target = tiny
     t = offline_transformers()
     folder = tmp_path_factory.mktemp("folder_draft")

@@ -40,8 +40,8 @@ import torch
 
 from ..engine.runtimes.engines import Engine
 from ..engine.errors import ArgParser, at_least
-from ..engine.huggingface.folder_model import load_checkpoint
-from ..engine.huggingface.library_loop import offline_transformers, rewind
+from ..engine.huggingface.checkpoint import offline_transformers
+from ..engine.huggingface.folder_model import load_checkpoint, rewind
 from ..engine.measuring.timing import interleaved_medians
 
 KS = (1, 2, 4, 8)

@@ -27,7 +27,8 @@ from omegaconf import OmegaConf
 
 from ..engine.decoding.decode import prefill
 from ..engine.runtimes.engines import ENGINES, Engine
-from ..engine.huggingface.library_loop import LibraryLoop, cached_passes, library_cost, to_transformers
+from ..engine.huggingface.checkpoint import to_transformers
+from ..engine.huggingface.library_loop import LibraryLoop, cached_passes, library_cost
 from ..engine.measuring.measure import measure_cost
 from ..engine.measuring.roofline import measure_machine, pass_cost
 from ..engine.measuring.timing import interleaved_rounds

@@ -43,7 +43,7 @@ def check_inputs(spec: TrialSpec) -> Corpus:
 def folder_tokens(folder: str) -> list[str]:
     """The tokens of a folder model's tokenizer, in id order (one-line refusal if it does not load)."""
     from ..engine.huggingface.folder_model import HFTokenizer
-    from ..engine.huggingface.library_loop import offline_transformers
+    from ..engine.huggingface.checkpoint import offline_transformers
     try:
         return HFTokenizer(offline_transformers().AutoTokenizer.from_pretrained(folder, local_files_only=True)).chars
     except Exception as e:   # noqa: BLE001
@@ -67,7 +67,7 @@ def check_folder_prompt(spec: TrialSpec) -> None:
     table draft's order (its context codes fit an int64), its tokenizer must encode the prompt, and
     prompt + n_chars + k tokens must fit its context window (the spec counted chars)."""
     from ..engine.huggingface.folder_model import HFTokenizer
-    from ..engine.huggingface.library_loop import offline_transformers
+    from ..engine.huggingface.checkpoint import offline_transformers
     folder = spec.target.model["path"]
     try:
         tok = HFTokenizer(offline_transformers().AutoTokenizer.from_pretrained(folder, local_files_only=True))

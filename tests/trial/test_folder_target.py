@@ -114,8 +114,7 @@ def test_a_sweep_over_a_tiny_llama_from_a_folder(tiny, tmp_path):
     """The smoke sweep of a model from a folder: a random-weight Llama made here, two drafts x two k
     on joblib workers; the parent publishes the folder's digest (nothing uploaded), each worker
     reads the folder, and every trial records its key."""
-    from src.engine.huggingface.folder_model import char_tokenizer
-    from src.engine.huggingface.library_loop import offline_transformers
+    from src.engine.huggingface.checkpoint import char_tokenizer, offline_transformers
     from tests.conftest import runs_of
     from tests.engine.huggingface.test_folder_model import tiny_config
     cfg, _, target = tiny
@@ -150,7 +149,7 @@ def test_a_draft_model_from_a_folder_drafts_for_a_target_from_a_folder(tiny, exp
 def noisy_export(export_dir, tmp_path_factory):
     """The exported target with Gaussian noise (0.05) on every weight: a draft model from a folder
     that is kept often and not always."""
-    from src.engine.huggingface.folder_model import char_tokenizer
+    from src.engine.huggingface.checkpoint import char_tokenizer
     model, tok = load_checkpoint(export_dir)
     torch.manual_seed(0)
     with torch.no_grad():
@@ -213,7 +212,7 @@ def test_a_tree_over_a_model_from_a_folder_with_model_drafts(tiny, export_dir, n
 
 def test_a_draft_with_another_tokenizer_is_refused_in_one_line_before_any_work(tiny, export_dir, folder_draft_model,
                                                                               tmp_path):
-    from src.engine.huggingface.folder_model import char_tokenizer
+    from src.engine.huggingface.checkpoint import char_tokenizer
     cfg, _, target = tiny
     other = tmp_path / "other_tokenizer"
     other.mkdir()

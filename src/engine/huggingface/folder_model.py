@@ -7,7 +7,7 @@ returns an `HFModel` and an `HFTokenizer`: the interface the tool's loops use of
 
 - `HFModel(ids, input_pos)` runs the model on tokens at positions input_pos, contiguous,
   over the architecture's own cache (transformers' `DynamicCache`): entries at input_pos[0] and
-  beyond are dropped first (`library_loop.rewind`), so rejecting drafts is a rewind of the position, as in the
+  beyond are dropped first (`rewind`), so rejecting drafts is a rewind of the position, as in the
   tool's cache written by position. Without a cache (`cache_set_aside`) it is a full forward from
   position 0. A tree pass (`HFModel(ids, input_pos, slots, mask)`, verify=tree) writes its nodes
   at contiguous cache slots after the committed tokens, each at the position of its depth, and
@@ -23,13 +23,6 @@ returns an `HFModel` and an `HFTokenizer`: the interface the tool's loops use of
   runs through torch.compile, one graph per pass width; chains only.
 - `HFTokenizer` encodes with the checkpoint's tokenizer, no special tokens added; a text it
   cannot encode is refused in one line. Counters the tool calls chars are then tokens.
-
-`export_checkpoint(model, tokenizer, folder)` writes the tool's `Transformer` as a GPT-2
-checkpoint (`library_loop.to_transformers`: the same logits) with a character-level tokenizer that
-transformers loads (`AutoTokenizer`): one token per character, the tool's vocabulary in its
-order, decoded by concatenation. Loading the export gives the tool's model back: the same
-logits at every position, and the same counters for the same seed
-(tests/engine/huggingface/test_folder_model.py).
 """
 from __future__ import annotations
 
@@ -42,11 +35,7 @@ import torch
 from torch import nn
 
 from ..errors import SpecsweepError
-from .library_loop import WINDOW_KEYS, offline_transformers, rewind, to_transformers
-from ..models.model import Transformer
-from ..models.tokenizer import CharTokenizer
-
-MARKER = "specsweep.json"   # written by export_checkpoint: which of the tool's targets the folder holds
+from .checkpoint import WINDOW_KEYS, offline_transformers
 
 
 @dataclass(frozen=True)
@@ -265,6 +254,13 @@ def additive(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return out.masked_fill(~allowed, torch.finfo(dtype).min)[None, None]
 
 
+def rewind(cache, length: int) -> None:
+    """Drop a DynamicCache's entries past `length` tokens (its crop takes the count to remove, negated)."""
+    extra = cache.get_seq_length() - length
+    if extra > 0:
+        cache.crop(-extra)
+
+
 def context_window(path: Path) -> int | None:
     """The context window its config.json names (its text config's, for a multimodal one); None if none."""
     try:
@@ -329,30 +325,3 @@ def load_checkpoint(path: str | Path, max_len: int | None = None, device: str = 
         raise SpecsweepError(f"model.path {path}: the tokenizer's ids go up to {tokenizer.vocab_size - 1}, the model's "
                              f"output has {model.cfg.vocab_size} rows")
     return model, tokenizer
-
-
-def char_tokenizer(chars: list[str]):
-    """A transformers tokenizer of one token per character (ids in `chars`' order), decoded by
-    concatenation, with no special tokens: a text with another character cannot be encoded."""
-    t = offline_transformers()
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    tok = Tokenizer(models.WordLevel(vocab={c: i for i, c in enumerate(chars)}, unk_token=None))
-    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
-    tok.decoder = decoders.Fuse()
-    return t.PreTrainedTokenizerFast(tokenizer_object=tok, clean_up_tokenization_spaces=False)
-
-
-def export_checkpoint(model: Transformer, tokenizer: CharTokenizer, folder: str | Path, source: dict | None = None) -> Path:
-    """Write the tool's model as a transformers GPT-2 checkpoint with a char-level tokenizer in
-    `folder` (created; an existing non-empty folder is refused). `source` (e.g. the target's cache
-    key) goes into the folder's specsweep.json."""
-    folder = Path(folder)
-    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
-        raise SpecsweepError(f"{folder} exists and is not an empty folder: export into a new one")
-    hf = to_transformers(model).cpu()
-    hf.generation_config = offline_transformers().GenerationConfig()   # transformers' defaults: no special tokens
-    folder.mkdir(parents=True, exist_ok=True)
-    hf.save_pretrained(folder)
-    char_tokenizer(tokenizer.chars).save_pretrained(folder)
-    (folder / MARKER).write_text(json.dumps({"exported_by": "specsweep", **(source or {})}, indent=1) + "\n")
-    return folder

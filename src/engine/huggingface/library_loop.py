@@ -1,11 +1,5 @@
 """The library's loop: Hugging Face transformers' own `generate` runs both arms of a trial.
 
-`to_transformers(model)` converts the tool's `Transformer` into a `GPT2LMHeadModel` with the same
-function: the default target is GPT-2's architecture without biases (learned positions, pre-LN
-blocks, an erf-GELU MLP of width 4 d_model), so the weights are copied (Conv1D keeps nn.Linear's
-weight transposed), every bias is zero and the head is untied. `tests/engine/huggingface/test_library_loop.py`
-checks the logits equal the tool's eager forward at every position within float32 tolerance.
-
 A model from a folder (model=hf, src/engine/huggingface/folder_model.py: an `HFModel`) is already a transformers
 causal LM: `as_transformers` hands its own model to the loop, with a generation config of nothing
 of its own (the checkpoint's own config is put back by `close`), so both arms sample the full
@@ -34,67 +28,15 @@ forwards.
 """
 from __future__ import annotations
 
-import copy
 import logging
-import os
 from dataclasses import dataclass, field
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")   # never a hub: the models are the tool's own
 import torch
 
-from ..models.model import Transformer
+from .checkpoint import WINDOW_KEYS, generation_defaults, offline_transformers, to_transformers
+from .folder_model import rewind
 
 log = logging.getLogger(__name__)
-
-
-def offline_transformers():
-    """The transformers module, imported offline (never a hub) and quiet."""
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
-    import transformers
-    transformers.logging.set_verbosity_error()   # its per-call notes (pad token, cache) say nothing here
-    return transformers
-
-
-def gpt2_config(model: Transformer):
-    """The GPT2Config of the tool's model's shape: no token has a special role (no EOS stops a run)."""
-    t = offline_transformers()
-    c = model.cfg
-    return t.GPT2Config(vocab_size=c.vocab_size, n_positions=c.block_size, n_embd=c.d_model, n_layer=c.n_layer,
-                        n_head=c.n_head, n_inner=4 * c.d_model, activation_function="gelu",
-                        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, layer_norm_epsilon=1e-5,
-                        tie_word_embeddings=False, bos_token_id=None, eos_token_id=None, pad_token_id=None,
-                        scale_attn_by_inverse_layer_idx=False, reorder_and_upcast_attn=False)
-
-
-@torch.no_grad()
-def to_transformers(model: Transformer):
-    """The tool's Transformer as a GPT2LMHeadModel computing the same logits (eval mode, float32, on
-    the model's device). Conv1D computes x @ W + b with W (in, out): nn.Linear's weight transposed."""
-    t = offline_transformers()
-    hf = t.GPT2LMHeadModel(gpt2_config(model)).eval()
-    src, dst = model, hf.transformer
-    dst.wte.weight.copy_(src.tok_emb.weight)
-    dst.wpe.weight.copy_(src.pos_emb.weight)
-    for a, b in zip(src.blocks, dst.h):
-        b.ln_1.weight.copy_(a.ln1.weight)
-        b.ln_1.bias.copy_(a.ln1.bias)
-        b.ln_2.weight.copy_(a.ln2.weight)
-        b.ln_2.bias.copy_(a.ln2.bias)
-        b.attn.c_attn.weight.copy_(a.attn.qkv.weight.T)
-        b.attn.c_proj.weight.copy_(a.attn.proj.weight.T)
-        b.mlp.c_fc.weight.copy_(a.mlp[0].weight.T)
-        b.mlp.c_proj.weight.copy_(a.mlp[2].weight.T)
-        for conv in (b.attn.c_attn, b.attn.c_proj, b.mlp.c_fc, b.mlp.c_proj):
-            conv.bias.zero_()
-    dst.ln_f.weight.copy_(src.ln_f.weight)
-    dst.ln_f.bias.copy_(src.ln_f.bias)
-    hf.lm_head.weight.copy_(src.head.weight)
-    hf.generation_config = generation_defaults(hf.generation_config)
-    return hf.to(next(model.parameters()).device)
-
-
-WINDOW_KEYS = ("max_position_embeddings", "n_positions", "n_ctx", "seq_length")   # where configs keep theirs
 
 
 def as_transformers(model):
@@ -112,14 +54,6 @@ def context_length(hf) -> int:
     """The positions a transformers model was built for (its text config's window)."""
     c = hf.config.get_text_config(decoder=True)
     return next(getattr(c, key) for key in WINDOW_KEYS if isinstance(getattr(c, key, None), int))
-
-
-def generation_defaults(gc):
-    """A generation config with nothing of its own: no special tokens, no top-k or top-p cut."""
-    gc = copy.deepcopy(gc)
-    gc.bos_token_id = gc.eos_token_id = gc.pad_token_id = None
-    gc.top_k, gc.top_p = 0, 1.0
-    return gc
 
 
 @dataclass
@@ -161,13 +95,6 @@ class PassCounter:
             nxt = self.starts[r + 1] if r + 1 < len(self.starts) else total_len - 1
             out.append((drafted, nxt - committed))
         return out
-
-
-def rewind(cache, length: int) -> None:
-    """Drop a DynamicCache's entries past `length` tokens (its crop takes the count to remove, negated)."""
-    extra = cache.get_seq_length() - length
-    if extra > 0:
-        cache.crop(-extra)
 
 
 def hook(model, fn):

@@ -24,8 +24,8 @@ from src.engine.decoding.decode import generate_baseline, generate_speculative, 
 from src.engine.decoding.tree import Tree, TreeMasks, commit_path, generate_tree, tree_verify
 from src.engine.drafts import BigramDraft
 from src.engine.errors import SpecsweepError
-from src.engine.huggingface.folder_model import MARKER, HFModel, char_tokenizer, export_checkpoint, load_checkpoint
-from src.engine.huggingface.library_loop import offline_transformers
+from src.engine.huggingface.checkpoint import MARKER, char_tokenizer, export_checkpoint, offline_transformers
+from src.engine.huggingface.folder_model import HFModel, load_checkpoint
 from tests.chisquare import varying_multinomial_test
 from tests.engine.runtimes.test_engines import engine, engine_cache  # noqa: F401 - a fixture
 

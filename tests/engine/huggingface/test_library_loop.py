@@ -19,7 +19,8 @@ import pytest
 import torch
 
 from src.engine.decoding.decode import generate_baseline, generate_speculative
-from src.engine.huggingface.library_loop import LibraryLoop, to_transformers
+from src.engine.huggingface.checkpoint import to_transformers
+from src.engine.huggingface.library_loop import LibraryLoop
 from src.engine.models.model import ModelConfig, Transformer
 from src.paths import CONF_DIR
 from tests.engine.decoding.test_exactness import ALPHA, full_probs, position_p_values

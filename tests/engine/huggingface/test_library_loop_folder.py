@@ -20,8 +20,9 @@ import torch
 
 from src.engine.decoding.decode import generate_baseline, generate_speculative
 from src.engine.drafts.model_draft import ModelDraft
-from src.engine.huggingface.folder_model import char_tokenizer, load_checkpoint
-from src.engine.huggingface.library_loop import LibraryLoop, offline_transformers
+from src.engine.huggingface.checkpoint import char_tokenizer, offline_transformers
+from src.engine.huggingface.folder_model import load_checkpoint
+from src.engine.huggingface.library_loop import LibraryLoop
 from tests.engine.decoding.test_exactness import ALPHA, full_probs, position_p_values
 from tests.engine.huggingface.test_folder_model import tiny_config
 from tests.engine.huggingface.test_library_loop import greedy_drafting_assistant
