@@ -109,7 +109,7 @@ def _rows_tensor(q, n: int) -> torch.Tensor:
     return torch.tensor([list(row) for row in q[:n]])
 
 
-def _ids(prompt) -> list[int]:
+def id_list(prompt) -> list[int]:
     return prompt.tolist() if isinstance(prompt, torch.Tensor) else list(prompt)
 
 
@@ -117,7 +117,7 @@ def _ids(prompt) -> list[int]:
 def generate_baseline(target: Transformer, prompt, n_chars: int, temperature: float,
                       gen: torch.Generator) -> Generation:
     """n_chars target passes, one char each."""
-    seq = _ids(prompt)
+    seq = id_list(prompt)
     P = len(seq)
     check_fits(target, P, n_chars)
     positions = prefill(target, seq)
@@ -143,7 +143,7 @@ def generate_speculative(target: Transformer, draft: Draft, prompt, n_chars: int
     """
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
-    seq = _ids(prompt)
+    seq = id_list(prompt)
     P = len(seq)
     check_fits(target, P, n_chars, k)
     hidden = draft.uses_target_hidden  # the draft reads the target's hidden rows (heads)

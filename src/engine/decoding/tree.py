@@ -32,7 +32,7 @@ from itertools import accumulate
 
 import torch
 
-from .decode import Generation, _ids, check_fits, prefill
+from .decode import Generation, check_fits, id_list, prefill
 from ..drafts.base import Draft
 from ..models.model import Transformer
 from ..sampling import UniformBuffer, draw, probs_from_logits, residual_weights, uniforms
@@ -225,7 +225,7 @@ def generate_tree(target: Transformer, draft: Draft, prompt, n_chars: int, width
     """
     shape = check_widths(widths)
     D, N = len(shape), max_nodes(shape)
-    seq = _ids(prompt)
+    seq = id_list(prompt)
     P = len(seq)
     check_fits(target, P, n_chars, D)
     positions = prefill(target, seq, extra=N)    # scratch slots for the largest tree

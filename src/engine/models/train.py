@@ -72,7 +72,7 @@ def cache_key(corpus_sha: str, model_cfg: dict, train_cfg: TrainConfig, seed: in
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def _windows(ids: torch.Tensor, block: int, batch: int, gen: torch.Generator):
+def random_windows(ids: torch.Tensor, block: int, batch: int, gen: torch.Generator):
     # random (batch, block) input windows and their next-char targets
     starts = torch.randint(0, len(ids) - block - 1, (batch,), generator=gen)
     x = torch.stack([ids[s:s + block] for s in starts.tolist()])
@@ -117,7 +117,7 @@ def train(model: Transformer, train_ids, val_ids, cfg: TrainConfig, seed: int, p
         model.train()
         for g in opt.param_groups:
             g["lr"] = _lr(step, cfg)
-        x, y = _windows(train_ids, block, cfg.batch_size, gen)
+        x, y = random_windows(train_ids, block, cfg.batch_size, gen)
         loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -128,7 +128,7 @@ def train(model: Transformer, train_ids, val_ids, cfg: TrainConfig, seed: int, p
             model.eval()
             with torch.no_grad():
                 vl = sum(F.cross_entropy(model(xv).flatten(0, 1), yv.flatten()).item()
-                         for xv, yv in (_windows(val_ids, block, cfg.batch_size, eval_gen)
+                         for xv, yv in (random_windows(val_ids, block, cfg.batch_size, eval_gen)
                                         for _ in range(cfg.eval_batches))) / cfg.eval_batches
             bar.set_postfix(train=f"{loss.item():.3f}", val=f"{vl:.3f}")
             log.info("step %d/%d  train loss %.4f  val loss (sampled) %.4f", step + 1, cfg.steps, loss.item(), vl)
@@ -154,7 +154,7 @@ def verify_checkpoint(path: Path) -> str:
     return digest
 
 
-def _read_checkpoint(path: Path) -> dict:
+def read_checkpoint(path: Path) -> dict:
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # a file that matches its checksum but still does not load
@@ -274,6 +274,6 @@ def get_target(corpus, model_kwargs: dict, train_cfg: TrainConfig, seed: int, ca
                                    "vocab": tok.chars, "val_loss": val_loss, "train_seconds": secs,
                                    "n_params": model.n_params()})
     digest = verify_checkpoint(path)
-    ckpt = _read_checkpoint(path)
+    ckpt = read_checkpoint(path)
     model, tok = model_from_checkpoint(ckpt)
     return TrainedTarget(model, tok, key, float(ckpt["val_loss"]), path, digest)
