@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from src.engine.measuring.timing import median_interval
+from src.engine.measuring.intervals import median_interval
 
 from .load import CELL, FINISHED, KEY
 from .seed_bootstrap import median_interval_seeds, seed_groups

@@ -43,7 +43,8 @@ from ..engine.decoding.decode import generate_speculative
 from ..engine.errors import SpecsweepError, refuse
 from ..engine.measuring.measure import measure_cost
 from ..engine.models.quantize import quantized_copy
-from ..engine.measuring.timing import median_interval, timed
+from ..engine.measuring.intervals import median_interval
+from ..engine.measuring.timing import timed
 from ..engine.models.train import evaluate
 from ..engine.decoding.tree import generate_tree, max_nodes
 from ..paths import CONF_DIR

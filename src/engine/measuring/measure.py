@@ -14,7 +14,8 @@ from ..decoding.batch import prefill_batch
 from ..decoding.decode import prefill
 from ..drafts.base import Draft
 from ..sampling import UniformBuffer, probs_from_logits, sample, speculative_accept, tvd, uniforms
-from .timing import FIXED, WIDTH, adaptive_rounds, interleaved_rounds, relative_width, round_ratio
+from .intervals import relative_width
+from .timing import FIXED, WIDTH, adaptive_rounds, interleaved_rounds, round_ratio
 from ..decoding.tree import TreeMasks, build_tree, max_nodes, tree_accept, tree_inputs
 
 

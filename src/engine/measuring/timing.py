@@ -4,7 +4,7 @@ Protocol (pyperf, torch.utils.benchmark, Kalibera & Jones): one untimed warm-up 
 then baseline/speculative pairs in alternating order (B,S / S,B / ...) so drift does not always
 land on the same arm. Each pair gives a ratio baseline/speculative; the median ratio is the
 speedup, and order statistics of the sorted ratios give a distribution-free confidence interval
-for it (`median_interval`): with n ratios, [X_(j), X_(n+1-j)] covers the median with probability
+for it (`median_interval`, intervals.py): with n ratios, [X_(j), X_(n+1-j)] covers the median with probability
 1 - 2 * BinomCDF(j - 1; n, 1/2), e.g. [min, max] at 93.75% for n = 5, 96.9% for n = 6.
 
 Fixed (target_width None or 0): exactly `pairs` pairs. Adaptive: `pairs` is the minimum; pairs
@@ -31,12 +31,12 @@ import math
 import statistics
 import time
 from dataclasses import dataclass
-from math import comb
 from typing import Callable
 
 import torch
 
 from ..errors import SpecsweepError
+from .intervals import confidence_of_range, median_interval
 
 Clock = Callable[[], float]
 
@@ -125,46 +125,6 @@ def adaptive_rounds(blocks: dict[str, tuple[Callable[[], object], int]], rounds:
             return per_call, ROUNDS_CAP
         if max_seconds is not None and timed_s >= max_seconds:
             return per_call, TIME_CAP
-
-
-def rank_coverage(n: int, j: int) -> float:
-    """P(X_(j) <= median <= X_(n+1-j)) for n i.i.d. draws of a continuous distribution:
-    1 - 2 * BinomCDF(j - 1; n, 1/2), exact (integer arithmetic until the final division)."""
-    if not 1 <= j <= (n + 1) // 2:
-        raise ValueError(f"rank j must be in 1..{(n + 1) // 2} for n = {n}, got {j}")
-    below = sum(comb(n, i) for i in range(j))  # 2^n * P(Binom(n, 1/2) <= j - 1)
-    return 1.0 - 2.0 * below / 2 ** n
-
-
-def confidence_of_range(n_pairs: int) -> float:
-    """Coverage of [min, max] of n i.i.d. ratios as an interval for their median: 1 - 2 / 2^n."""
-    return 1.0 - 2.0 * 0.5 ** n_pairs
-
-
-def median_rank(n: int, level: float) -> tuple[int, float]:
-    """(j, coverage): the largest rank j whose interval [X_(j), X_(n+1-j)] covers the median with
-    probability >= level. When even [min, max] falls short (n too small), j = 1 and its coverage,
-    below `level`, is returned as it is."""
-    if n < 1:
-        raise ValueError("no ratios")
-    j = 1
-    while j + 1 <= (n + 1) // 2 and rank_coverage(n, j + 1) >= level:
-        j += 1
-    return j, rank_coverage(n, j)
-
-
-def median_interval(xs: list[float], level: float) -> tuple[float, float, float]:
-    """(lo, hi, coverage): the distribution-free interval for the median of xs at `level`."""
-    s = sorted(xs)
-    j, coverage = median_rank(len(s), level)
-    return s[j - 1], s[len(s) - j], coverage
-
-
-def relative_width(xs: list[float], level: float) -> float:
-    """Width of the interval for the median of xs at `level`, over the median; inf when even
-    [min, max] covers the median below `level` (too few values to say)."""
-    lo, hi, coverage = median_interval(xs, level)
-    return (hi - lo) / statistics.median(xs) if coverage >= level else math.inf
 
 
 def adaptive(target_width: float | None) -> bool:
