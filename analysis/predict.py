@@ -722,7 +722,7 @@ def measure_library(chosen: dict, target, draft, prompt: list[int], a: float, se
     from collections import Counter
 
     from src.engine.huggingface.library_loop import library_cost
-    from src.trial.library import library_loop
+    from src.trial.library_trial import library_loop
     from src.trial.timing_lock import timing_lock
     first = next(iter(chosen.values()))
     n = first.n_chars

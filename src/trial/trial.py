@@ -23,7 +23,7 @@ from ..engine.decoding.tree import generate_tree, max_nodes
 from .batched import batch_measurements, batch_prompts, sequence_rows
 from .policies import build_policy
 from .checks import check_inputs
-from .library import library_measurements
+from .library_trial import library_measurements
 from .load import TargetSource, build_draft, draft_model_key, load_target
 from .timing_lock import timing_lock
 from .spec import TrialSpec, tree_label

@@ -360,7 +360,7 @@ def test_measure_a_tree_of_a_table_draft_on_the_tiny_model(tiny):
 def test_measure_on_the_library_loop(tiny, draft):
     """engine=transformers: chars per pass from the library's own counters (exactly the counted
     runs'), its overheads measured with the costs, o_base = its plain step less its one-char pass."""
-    from src.trial.library import library_loop
+    from src.trial.library_trial import library_loop
     from src.trial.load import build_draft
     from src.trial.spec import trial_spec
     cfg, corpus, target = tiny

@@ -26,7 +26,7 @@ run on the same engine.
   (src/engine/huggingface/folder_model.py).
 
 - `transformers`: Hugging Face transformers' own `generate` runs both arms (src/engine/huggingface/library_loop.py,
-  src/trial/library.py); `wrap` leaves the tool's model eager (the exactness check and the
+  src/trial/library_trial.py); `wrap` leaves the tool's model eager (the exactness check and the
   conversion read it).
 
 A model draft's own model runs on the trial's engine too (`wrap_draft`).
