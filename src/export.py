@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from .bench.config import compose_or_refuse, refusing
+from .sweep.command_config import compose_or_refuse, refusing
 from .engine.errors import ArgParser, refuse
 from .engine.huggingface.checkpoint import export_checkpoint
 from .trial.load import load_target

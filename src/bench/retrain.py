@@ -34,7 +34,7 @@ from ..engine.errors import ArgParser, refuse
 from ..engine.models.train import SHIPPED, get_target, recipe, shipped_recipes
 from ..trial.load import load_corpus_of
 from ..trial.spec import is_folder_model, target_spec
-from .config import compose_or_refuse
+from ..sweep.command_config import compose_or_refuse
 
 TOLERANCE = 0.02   # nats/char: a retrained model within this of the shipped one's validation loss reproduces it
 

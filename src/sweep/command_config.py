@@ -2,7 +2,6 @@
 Hydra's or OmegaConf's error) is one line and exit 2 (errors.refuse), never Hydra's report."""
 from __future__ import annotations
 
-from .. import sweep  # noqa: F401  (its warning filter, before Hydra composes the launcher configs)
 from ..engine.errors import SpecsweepError, refuse
 from ..paths import CONF_DIR
 from ..trial.conf import check_group_choices, one_line
