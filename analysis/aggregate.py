@@ -28,7 +28,7 @@ import pandas as pd
 
 from src.engine.measuring.intervals import median_interval
 
-from .load import CELL, FINISHED, KEY
+from .sweep_data import CELL, FINISHED, KEY
 from .seed_bootstrap import median_interval_seeds, seed_groups
 
 DEFAULT_LEVEL = 0.95  # timing.confidence of runs that did not log one

@@ -114,7 +114,7 @@ from scipy.optimize import least_squares, lsq_linear
 
 from src.engine.measuring.formula import iid_chars_per_pass, seed_speedup
 
-from .load import CELL, KEY
+from .sweep_data import CELL, KEY
 from .seed_bootstrap import best_gain_interval, seed_groups
 
 log = logging.getLogger(__name__)

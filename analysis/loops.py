@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .load import cell_labels
+from .sweep_data import cell_labels
 from .tables import Table
 
 NEED = ("base_pass_us", "verify_pass_us", "draft_char_us", "overhead_us_per_pass", "chars_per_pass", "proposed",

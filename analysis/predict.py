@@ -98,7 +98,7 @@ cells they are judged on; `--fit-drafts` other drafts than those judged keeps th
 the other regimes only (`held_out_overheads`): with `--fit-sweep` the validated sweep itself, no
 cell's prediction has seen its draft or its regime. It also prints when the sweep's trials ran
 and how long after them the probes began (`probes_after`): the machine's drift in between is part
-of each error. `--sweep-id A,B,C` validates several sweeps read as one (`load.load_sweeps`: the
+of each error. `--sweep-id A,B,C` validates several sweeps read as one (`sweep_data.load_sweeps`: the
 seed rounds of one sweep). `make bench-predict` (src.bench.predict) runs the sweep one seed round
 at a time with a probe run of every cell after each (`validate_sweep`'s `between`), so the probes
 and the trials they are judged against sample the machine in the same stretch of time
@@ -755,7 +755,7 @@ def measure_library(chosen: dict, target, draft, prompt: list[int], a: float, se
 def fitted_overheads(uri: str, experiment: str, sweep_id: str, drafts: list[str] | None) -> Overheads:
     """The extended model's o_base, o_pass, gamma fitted on the finished trials of a sweep (those
     of `drafts` only, if given)."""
-    from .load import connect, load_sweep
+    from .sweep_data import connect, load_sweep
     data = load_sweep(connect(uri), experiment, sweep_id)
     t = data.finished
     if drafts:
@@ -882,7 +882,7 @@ def validate_sweep(args, overrides: list[str], o: Overheads, between=None) -> pd
     from src.trial.spec import trial_spec
     from .aggregate import configured_level, pooled_speedup
     from .cost_models import PAPER_DRAFTS
-    from .load import cell_labels, combine_sweeps, connect, load_sweep, load_sweeps
+    from .sweep_data import cell_labels, combine_sweeps, connect, load_sweep, load_sweeps
     ids = [i for i in (args.sweep_id or "").split(",") if i]
     data = load_sweeps(connect(args.uri), args.experiment, ids) if ids else load_sweep(connect(args.uri),
                                                                                          args.experiment)
@@ -901,7 +901,7 @@ def validate_sweep(args, overrides: list[str], o: Overheads, between=None) -> pd
     plan = []   # per cell: its label, trials, draft, regime, config, k, tree shapes, held-out overheads
     for label in sorted(fin["draft"].unique()):
         g = fin[fin["draft"] == label]
-        cell = g.iloc[0]                           # the cell's columns (load.CELL_PARTS)
+        cell = g.iloc[0]                           # the cell's columns (sweep_data.CELL_PARTS)
         draft, shape = cell["draft_name"], cell["tree"]
         extra = ["verify=tree", f"verify.widths=[{shape.replace('-', ',')}]"] if shape else []
         extra += [f"engine={cell['engine']}", f"batch={int(cell['batch'])}", f"policy={cell['policy']}"]
@@ -1048,7 +1048,7 @@ def regime_errors(cells: pd.DataFrame) -> pd.DataFrame:
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
-    from .load import DEFAULT_EXPERIMENT
+    from .sweep_data import DEFAULT_EXPERIMENT
     from src.engine.errors import ArgParser
     p = ArgParser(prog="python -m analysis.predict", description=__doc__.splitlines()[0],
                                 epilog="Other arguments: Hydra overrides KEY=VALUE of conf/ (k= takes a comma list).")

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from .load import SweepData, cell_labels
+from .sweep_data import SweepData, cell_labels
 from .seed_bootstrap import best_cell_interval_seeds, seed_groups
 from .tables import Table
 

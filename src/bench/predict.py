@@ -135,7 +135,7 @@ def run_round(sweep: str, rounds: list[list[int]], r: int, overrides: list[str],
     """Round r's sweep (its output shown as it runs) and its sweep id: the newest sweep of the
     experiment once it is done, which must have started after the round did."""
     import pandas as pd
-    from analysis.load import connect, find_sweep
+    from analysis.sweep_data import connect, find_sweep
     seeds = ",".join(map(str, rounds[r]))
     print(f"\n=== round {r + 1}/{len(rounds)}: the {sweep} sweep at seed{'s' * (len(rounds[r]) > 1)} {seeds} ===",
           flush=True)

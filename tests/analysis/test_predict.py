@@ -429,7 +429,7 @@ def test_validate_predicts_every_cell_of_a_finished_sweep_with_both_intervals(sm
     import argparse
     from pathlib import Path
     from analysis.aggregate import pooled_speedup
-    from analysis.load import DEFAULT_EXPERIMENT, connect, load_sweep
+    from analysis.sweep_data import DEFAULT_EXPERIMENT, connect, load_sweep
     from analysis.predict import regime_errors, validate_sweep
     uri, _ = smoke_stores[1]
     store = Path(uri.removeprefix("sqlite:///")).parent
@@ -491,7 +491,7 @@ def test_validate_probe_runs_go_run_by_run_over_every_cell(smoke_stores, monkeyp
     import argparse
     from pathlib import Path
     import analysis.predict as predict_mod
-    from analysis.load import DEFAULT_EXPERIMENT
+    from analysis.sweep_data import DEFAULT_EXPERIMENT
     uri, _ = smoke_stores[1]
     store = Path(uri.removeprefix("sqlite:///")).parent
     calls = []

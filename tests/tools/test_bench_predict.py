@@ -90,7 +90,7 @@ def test_rounds_and_probe_runs_take_turns_and_the_validation_reads_every_round(s
     (load_sweeps), not the first round's alone. A third sweep rerunning seed 0 then stands for
     that trial in load_sweeps: its pairs only, the first round's dropped."""
     from analysis.aggregate import pooled_speedup
-    from analysis.load import DEFAULT_EXPERIMENT, connect, load_sweep, load_sweeps
+    from analysis.sweep_data import DEFAULT_EXPERIMENT, connect, load_sweep, load_sweeps
     cache = tmp_path / "cache"
     shutil.copytree(Path(smoke_stores[1][0].removeprefix("sqlite:///")).parent.parent / "cache", cache)
     uri = f"sqlite:///{tmp_path}/store/mlflow.db"

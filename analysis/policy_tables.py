@@ -12,13 +12,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .load import cell_labels
+from .sweep_data import cell_labels
 from .seed_bootstrap import best_gain_interval, seed_groups
 from .tables import Table
 
 
 def _parts(cells: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
-    """(each cell's label less its policy, its policy): from the cells' columns (load.CELL_PARTS)."""
+    """(each cell's label less its policy, its policy): from the cells' columns (sweep_data.CELL_PARTS)."""
     return cell_labels(cells, leave_out=("policy",)), cells["policy"]
 
 
@@ -39,7 +39,7 @@ def told_apart(lo: float, hi: float) -> str:
 
 
 def policies_table(cells: pd.DataFrame, pairs: pd.DataFrame, level: float) -> Table | None:
-    """None when the cells hold no adaptive policy. `cells`: with their columns (load.with_cell_parts);
+    """None when the cells hold no adaptive policy. `cells`: with their columns (sweep_data.with_cell_parts);
     `pairs`: the sweep's timed pairs (draft, k, seed, ratio) for the gain's seed-bootstrap interval at `level`."""
     base, policy = _parts(cells)
     if (policy == "fixed").all():
