@@ -134,7 +134,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from .formula import Overheads, chars_per_pass, iid_chars_per_pass, seed_speedup, speedup
+from src.engine.measuring.formula import Overheads, chars_per_pass, iid_chars_per_pass, seed_speedup, speedup
 
 DEFAULT_KS = (1, 2, 4, 8, 16)
 TREE_SWEEP = "drafts_tree"      # verify=tree without verify.widths: this sweep's shapes
@@ -143,7 +143,7 @@ INTERVAL_REPS = 2000            # bootstrap replicates of the probes
 INTERVAL_SEED = 0               # seeded: a prediction's interval is reproducible from its probes
 
 
-# ---- the math: analysis/formula.py --------------------------------------------------------------
+# ---- the math: src/engine/measuring/formula.py --------------------------------------------------
 @dataclass(frozen=True)
 class Spread:
     """What one setting's probes drew, kept for its interval (`replicates`).

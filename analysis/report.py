@@ -34,10 +34,9 @@ from .aggregate import configured_level, pooled_speedup, trial_status
 from .cli import one_line_errors
 from .cost_models import BOOTSTRAP, ModelResults, cell_predictions, predict_trials
 from .outputs import atomic_folder, markdown, write_figure, write_table
-from .formula import MAP_KS
 from .sweep_data import DEFAULT_EXPERIMENT, REPO, SweepData, connect, load_sweep, with_cell_parts
 from .loops import loops_table
-from .pays import pays_inputs
+from .pays import MAP_KS, pays_inputs
 from .policy_tables import drafted_table, policies_table
 from .regimes import batch_table, only_regime, regimes_of, regimes_table, speedup_by_batch, verify_cost_table
 from .tables import (Table, acceptance_table, best_k_table, cost_by_k_table, cost_table, cpu_models,

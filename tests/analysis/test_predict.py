@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from analysis import figures
-from analysis.formula import MAP_KS, Overheads, chars_per_pass, iid_chars_per_pass, pays_grid, speedup
-from analysis.pays import PaysInputs
+from analysis.pays import MAP_KS, PaysInputs, pays_grid
+from src.engine.measuring.formula import Overheads, chars_per_pass, iid_chars_per_pass, speedup
 from analysis.predict import ape_summary, measure, prediction_table, probes_after, without_loops
 from src.engine.measuring.acceptance import chain_survival, expected_accepted, loop_survival, sample_text, survival
 from src.engine.drafts.model_draft import ModelDraft

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.formula import Overheads, speedup
+from src.engine.measuring.formula import Overheads, speedup
 from analysis.predict import (Spread, best_over_settings, break_even_table, interval, prediction_table,
                               recommendation, replicates)
 
