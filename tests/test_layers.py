@@ -9,7 +9,7 @@ Beside them:
     src.paths    where things live: a leaf any floor but the engine may import
     analysis     sweeps -> tables, cost models, figures; imports the engine, the trial, src.paths
                  and the store rules (src.sweep.store), nothing else of the sweep and not the CLI
-    tools        src.bench, src.cluster, src.readme_example, src.export: import anything; nothing but a tool
+    tools        src.bench, src.cluster, src.readme_example, src.export, src.predict: import anything; nothing but a tool
                  imports them
 And no import cycle anywhere in src/ and analysis/.
 """
@@ -24,7 +24,7 @@ from src.paths import REPO
 
 FLOORS = ["src.engine", "src.trial", "src.sweep", "src.run"]
 ROOTS = ("src", "analysis")   # the two top packages: empty __init__ files every module passes through
-TOOLS = ("src.bench", "src.cluster", "src.readme_example", "src.export")
+TOOLS = ("src.bench", "src.cluster", "src.readme_example", "src.export", "src.predict")
 LEAVES = ("src.paths",)
 ANALYSIS_MAY = ("src.engine", "src.trial", "src.paths", "src.sweep.store", "analysis")
 # third-party packages a floor must not import
@@ -172,7 +172,7 @@ def test_planted_imports_are_caught():
         ("src.engine.models.model", "from src.sweep import store", "src.engine.models.model -> src.sweep.store"),
         ("src.trial.spec", "import mlflow", "src.trial.spec -> mlflow"),
         ("src.trial.trial", "from ..sweep.job import run_job", "src.trial.trial -> src.sweep.job"),
-        ("analysis.predict", "from src.sweep.job import run_job", "analysis.predict -> src.sweep.job"),
+        ("analysis.prediction", "from src.sweep.job import run_job", "analysis.prediction -> src.sweep.job"),
         ("analysis.report", "import src.run", "analysis.report -> src.run"),
         ("src.sweep.job", "from ..bench import hog", "src.sweep.job -> src.bench.hog"),
     ]:

@@ -6,17 +6,17 @@
 A named sweep of sweeps/ runs one round of seeds at a time (--seeds in --probe-runs rounds of
 consecutive seeds, default one per seed, `seed_rounds`; one trial at a time; resume=false, so that
 every trial is timed anew), and after each round comes one probe run of every cell of the first
-round (analysis.predict --validate with one probe run per round: run r right after round r,
+round (src.predict --validate with one probe run per round: run r right after round r,
 `validate_sweep`'s `between`). The trials and the probes that
 predict them then sample the machine in the same stretch of time: on the 2-core machine a draft's
 in-loop cost moved by 20% within minutes (docs/results.md), so probes run after a whole sweep are
 judged against trials run in other spells. Nothing of the sweep enters a prediction: the probes
-sample their own sequences (`probe_seed`) and time their own rounds. At the end, analysis.predict's
+sample their own sequences (`probe_seed`) and time their own rounds. At the end, src.predict's
 validation report over every round's trials (the rounds' sweeps read as one, `load_sweeps`), with
 when each round ran and how long after it its probe run began.
 
 Before `--`: this tool's flags and the sweep's Hydra overrides (as for `python -m src.run`;
-the seeds are --seeds', the store analysis.predict's). After `--`: analysis.predict's flags and
+the seeds are --seeds', the store src.predict's). After `--`: src.predict's flags and
 overrides (--seqs, --rounds, --fit-sweep ...; the sweep's target and settings, its file's and its
 command line's, are passed on, `passed_on`); --validate, --runs and --sweep-id are this tool's. The arguments
 are checked before the first trial.
@@ -31,7 +31,7 @@ from ..engine.errors import ArgParser, SpecsweepError, refuse
 from ..paths import REPO
 from .runs import check_sweep
 
-OWN_FLAGS = ("--validate", "--runs", "--sweep-id")   # analysis.predict's flags this tool sets
+OWN_FLAGS = ("--validate", "--runs", "--sweep-id")   # src.predict's flags this tool sets
 OWN_KEYS = ("seed", "resume", "tracking.uri", "tracking.experiment", "hydra.launcher.n_jobs",
             "hydra.sweeper.params.seed")   # sweep overrides this tool sets
 
@@ -105,7 +105,7 @@ def file_overrides(sweep: str) -> list[str]:
 
 def passed_on(sweep: str, sweep_overrides: list[str], predict_overrides: list[str]) -> list[str]:
     """The sweep's target and settings (its file's, then its command line's, which win) that the
-    predictions' own overrides do not set: analysis.predict composes each cell with them, so that
+    predictions' own overrides do not set: src.predict composes each cell with them, so that
     it predicts the trials the sweep ran (the same target, prompt and threads)."""
     given, command = {key_of(o) for o in predict_overrides}, {key_of(o) for o in sweep_overrides}
     ours = [o for o in file_overrides(sweep) if key_of(o) not in command] + sweep_overrides
@@ -125,7 +125,7 @@ def seed_rounds(seeds: list[int], runs: int | None) -> list[list[int]]:
 
 def round_command(sweep: str, seeds: list[int], overrides: list[str], uri: str, experiment: str) -> list[str]:
     """One round: the sweep at its seeds, one trial at a time, every trial run anew, into the
-    store analysis.predict reads."""
+    store src.predict reads."""
     return [sys.executable, "-m", "src.run", "--config-dir", "sweeps", "--config-name", sweep,
             "hydra.launcher.n_jobs=1", "resume=false", f"seed={','.join(map(str, seeds))}", f"tracking.uri={uri}",
             f"tracking.experiment={experiment}", *overrides]
@@ -155,14 +155,14 @@ def run_round(sweep: str, rounds: list[list[int]], r: int, overrides: list[str],
 def main(argv: list[str] | None = None) -> None:
     before, after = split_dashes(sys.argv[1:] if argv is None else argv)
     ap = ArgParser(prog="python -m src.bench.predict", description=__doc__.splitlines()[0],
-                   epilog="After --: analysis.predict's arguments (python -m analysis.predict --help).")
+                   epilog="After --: src.predict's arguments (python -m src.predict --help).")
     ap.add_argument("--sweep", required=True, help="a sweep of sweeps/ by name")
     ap.add_argument("--seeds", default="0,1,2", help="the sweep's seeds (default: %(default)s)")
     ap.add_argument("--probe-runs", type=int, help="rounds of consecutive seeds, each followed by a probe run of "
                                                    "every cell (default: one per seed)")
     ap.add_argument("overrides", nargs="*", help="the sweep's Hydra overrides")
     args = ap.parse_args(before)
-    from analysis.predict import prepare, validate_sweep
+    from ..predict import prepare, validate_sweep
     try:
         check_sweep(args.sweep)
         rounds = seed_rounds(parse_seeds(args.seeds), args.probe_runs)

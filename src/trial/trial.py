@@ -64,7 +64,7 @@ def recorded_loops(speculate, baseline, n_chars: int, draft):
     """(the counter run, measure_cost's `loops`): one run of the loop speculate(track_overlap,
     with_draft) with `draft`'s proposals recorded, then the free loop replaying them
     (`free_loop_run`) and the baseline loop baseline() of n_chars chars; the loops None where the
-    replay diverges. A trial's chain (sequence_measurements) and analysis.predict's probes, at
+    replay diverges. A trial's chain (sequence_measurements) and src/trial/probes.py's probes, at
     B = 1 and for a batch, build their loops here."""
     recorder = ProposalRecorder(draft)
     g = speculate(with_draft=recorder)

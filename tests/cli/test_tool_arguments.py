@@ -23,7 +23,7 @@ def trip(*args, **kwargs):
 @pytest.fixture
 def wired(monkeypatch):
     """The first piece of work of every tool, replaced by the tripwire."""
-    import analysis.predict
+    import src.predict
     import analysis.report
     import src.bench.drafts
     import src.bench.noise
@@ -44,10 +44,10 @@ def wired(monkeypatch):
     monkeypatch.setattr(src.bench.predict, "run_round", trip)
     monkeypatch.setattr(src.cluster.servers, "_load", trip)
     monkeypatch.setattr(analysis.report, "run", trip)
-    monkeypatch.setattr(analysis.predict, "compose", trip)
+    monkeypatch.setattr(src.predict, "compose", trip)
     return {"drafts": src.bench.drafts.main, "ceiling": src.bench.policy_ceiling.main, "sweep": src.bench.harness.main,
             "noise": src.bench.noise.main, "servers": src.cluster.servers.main, "report": analysis.report.main,
-            "predict": analysis.predict.main, "export": src.export.main, "retrain": src.bench.retrain.main,
+            "predict": src.predict.main, "export": src.export.main, "retrain": src.bench.retrain.main,
             "folder": src.bench.folder_model_size.main, "bench-predict": src.bench.predict.main}
 
 

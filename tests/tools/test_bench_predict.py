@@ -58,7 +58,7 @@ def test_the_sweeps_target_and_settings_are_passed_on_the_command_line_winning()
 
 
 def test_a_quoted_prompt_composes_back_to_itself():
-    from analysis.predict import compose
+    from src.predict import compose
     text = "Ham.\nTo be, 'or' not to be, "
     assert compose([f"prompt={bp.quoted(text)}"]).prompt == text
 

@@ -12,7 +12,7 @@ acceptance on it, or the speculative loop's own passes (counters only).
   target scores it in one forward, and `survival` turns (p, q, drafts) into S_i. A pass then emits
   1 + S_1 + ... + S_k chars on average, whatever the dependence between positions, if passes
   started at uniform positions of target text (they do not: see the next item, which
-  analysis.predict uses; this one is the comparison).
+  the prediction's probes use, src/trial/probes.py; this one is the comparison).
 - `loop_survival`: the same S_i, but at the prefixes where the speculative loop itself starts its
   passes (it runs the loop, counters only, and averages `survival` over its passes). Those are
   not uniform positions of target text: a pass starts right after a rejection's residual char or

@@ -116,7 +116,7 @@ def measure_cost(target, draft: Draft, prompt: list[int], k: int, temperature: f
     cost of the loop's average pass; the draft is timed at k chars a proposal (per char, as a
     pass of any length pays it).
     keep_rounds: also return `rounds_us`, the per-round times behind the medians (`component_times`;
-    not a metric: analysis.predict resamples them for its interval).
+    not a metric: the prediction (analysis/prediction.py) resamples them for its interval).
     in_loop: the share of the loop's passes whose k drafts were all accepted (a chain of fixed k).
     Given it, the proposal is also timed as the loop runs it, right after a verify pass (whose
     weights and activations then stand in the caches the draft reads), in two more blocks of
@@ -226,7 +226,7 @@ def measure_batch_cost(target, draft: Draft, prompts: list[list[int]], k: int, t
     `draft_char_us`, per drafted position of the whole batch, so c = draft_char_us / target_pass_us
     stays the cost of drafting one char per sequence in units of the batch's one-char pass).
     Same rounds and width test as measure_cost. loops: as measure_cost's, whole batch runs timed
-    as components (analysis.predict times the batch's baseline loop and its free loop, replaying a
+    as components (src/trial/probes.py times the batch's baseline loop and its free loop, replaying a
     recorded batch run: src/engine/measuring/replay.py); a trial at B > 1 times none.
     in_loop: also time the proposal as the batch loop runs it, right after a verify pass, in a block
     of reps // k calls ("verify, draft 2": a batch's draft of its own feeds every row its last two

@@ -1,4 +1,4 @@
-"""analysis.predict's interval (the probes' bootstrap) and its predicted break-even batch, on planted
+"""analysis/prediction.py's interval (the probes' bootstrap) and its predicted break-even batch, on planted
 probes: exact where the planted probes leave no spread, coverage with a stated error rate where they
 do, and a negative control for each thing the interval must hold. No wall-clock time is asserted."""
 from __future__ import annotations
@@ -10,8 +10,9 @@ import pandas as pd
 import pytest
 
 from src.engine.measuring.formula import Overheads, speedup
-from analysis.predict import (Spread, best_over_settings, break_even_table, interval, prediction_table,
-                              recommendation, replicates)
+from analysis.prediction import (best_over_settings, break_even_table, interval, prediction_table, recommendation,
+                                 replicates)
+from src.trial.probes import Spread
 
 K, A, T1, TV, TD = 4, 0.7, 1000.0, 1300.0, 60.0
 CPP = 1 + K * A                              # each pass emits 1 + Binomial(K, A) chars
@@ -19,7 +20,7 @@ TRUTH = float(speedup(CPP, T1, TV, TD, K))
 
 
 def costs(units, rounds, k=K, replays=(), scale=1.0) -> dict:
-    """A setting's cost dict as analysis.predict.measure builds it: point values from the probes."""
+    """A setting's cost dict as the probes (src/trial/probes.py) build it: point values from the probes."""
     units = np.asarray(units, dtype=float)
     td = scale * float(np.median(replays)) if replays else float(np.median(rounds["draft"]))
     return {"k": k, "nodes": units[:, 2].sum() / units[:, 1].sum(), "cpp": units[:, 0].sum() / units[:, 1].sum(),
@@ -93,7 +94,7 @@ def test_a_settings_measured_loops_stand_for_the_overheads_and_are_drawn_in_its_
     and its replicates draw the loops in the same rounds as t1, tv and td: with every round at its
     own machine speed, every replicate equals the point exactly. Caught: the passed-in overheads
     used instead (the point moves), the loops drawn apart from the components (the replicates spread)."""
-    from analysis.predict import MEASURED_LOOPS
+    from src.trial.probes import MEASURED_LOOPS
     units = np.tile([19.0, 5, 20], (16, 1))
     f = np.exp(np.random.default_rng(1).normal(0, 0.2, 15))
     base, free = T1 + 150.0, TV + 400.0
@@ -207,7 +208,7 @@ def test_the_error_per_regime_on_planted_validated_cells():
     """regime_errors on hand-made cells: per (engine, batch) the APEs, the measured widths, the max
     APE over the cells measured to within 10% and the share of measured medians inside the
     prediction's interval, each equal to its value worked by hand."""
-    from analysis.predict import regime_errors
+    from analysis.prediction import regime_errors
     cells = pd.DataFrame({
         "engine":    ["eager", "eager", "eager", "compiled"],
         "batch":     [1, 1, 1, 16],
@@ -233,7 +234,7 @@ def test_the_break_even_batch_predicted_beside_measured_on_planted_cells():
     (the best predicted setting per B) beside the measured one (the report's rule on the validated
     cells: one seed, so each B's best cell's own interval). Planted: predicted 1.5 at B = 1 and 0.5 at
     B = 4 (crossing at B = 2), measured 1.2 and 0.9 (crossing at 2^(4/3)); two k per B, the best read."""
-    from analysis.predict import break_even_beside
+    from analysis.prediction import break_even_beside
     best = pd.DataFrame({"draft": ["bigram", "bigram"], "engine": ["eager", "eager"], "batch": [1, 4],
                          "setting": [2, 2], "k": [2, 2], "predicted": [1.5, 0.5], "lo": [1.4, 0.4], "hi": [1.6, 0.6]})
     cells = pd.DataFrame({"draft": ["bigram", "bigram", "bigram@B4", "bigram@B4"], "cell": ["bigram"] * 4,
@@ -255,7 +256,7 @@ def test_held_out_overheads_are_fitted_on_the_other_drafts_in_the_other_regimes_
     they recover the planted parameters from those alone, and the trials it must not see, poisoned
     (their speculative time tripled), leave its fit unchanged. A regime and draft that leave nothing
     to fit on give no overheads, and say so."""
-    from analysis.predict import held_out_overheads
+    from analysis.prediction import held_out_overheads
     from tests.analysis import fixtures as fx
     trials, _ = fx.noisy_frames(fx.Truth(), None)
     trials["engine"] = trials["seed"].map({0: "eager", 1: "compiled", 2: "onnx"})
@@ -277,7 +278,8 @@ def test_held_out_overheads_are_fitted_on_the_other_drafts_in_the_other_regimes_
 def test_a_table_with_and_without_measured_loops_says_where_each_came_from(capsys):
     """A setting whose replay diverged has no measured loops: its row is predicted with the passed-in
     overheads, and the output says so beside the measured ones' source."""
-    from analysis.predict import MEASURED_LOOPS, Measured, print_prediction
+    from src.predict import print_prediction
+    from src.trial.probes import MEASURED_LOOPS, Measured
     units = np.tile([19.0, 5, 20], (16, 1))
     rounds = {"target": [T1] * 3, "verify": [TV] * 3, "draft": [TD] * 3}
     with_loops = costs(units, rounds | {"base": [T1 + 100] * 3, "free": [TV + 200] * 3})
@@ -294,8 +296,8 @@ def test_a_table_with_and_without_measured_loops_says_where_each_came_from(capsy
 # ---- several probe runs ---------------------------------------------------------------------------
 def run_tables(tds: list[float], jitter: float = 0.0) -> list[tuple[pd.DataFrame, dict]]:
     """One probe run per td (k = 2 and 4 each, cpp 3, t1 100 us, tv 120 us): its table and replicates."""
-    from analysis.predict import run_table
-    from analysis.predict import Measured
+    from src.predict import run_table
+    from src.trial.probes import Measured
     out = []
     for td in tds:
         m = Measured("key", 0.5, np.zeros(0), {2: flat(3.0, 100.0, 120.0, td, 2, jitter),
@@ -309,7 +311,7 @@ def test_several_probe_runs_give_the_median_of_their_predictions_and_an_interval
     spell): each setting's prediction is the middle run's, exactly (a mean would be pulled toward
     the slow run), and the interval spans the runs' predictions, the spread between runs (only the
     first run's replicates would give a zero-width interval at its own point). One run: unchanged."""
-    from analysis.predict import best_of_table, combine_runs
+    from analysis.prediction import best_of_table, combine_runs
     runs = run_tables([5.0, 40.0, 10.0])
     table, reps = combine_runs(runs)
     for k, cpp, tv in ((2, 3.0, 120.0), (4, 3.5, 130.0)):
@@ -328,7 +330,7 @@ def test_several_probe_runs_give_the_median_of_their_predictions_and_an_interval
 def test_runs_with_their_own_spread_pool_it_with_the_spread_between_them():
     """Runs with spread of their own and equal points: the pooled interval is their common one (the
     runs agree, nothing added); runs apart: it is wider than any run's own."""
-    from analysis.predict import combine_runs
+    from analysis.prediction import combine_runs
     same = combine_runs(run_tables([10.0, 10.0, 10.0], jitter=0.3))[0]
     alone = run_tables([10.0], jitter=0.3)[0][0]
     assert same[["lo", "hi"]].to_numpy() == pytest.approx(alone[["lo", "hi"]].to_numpy(), rel=0.01)
