@@ -61,7 +61,7 @@ bench-sweep: $(VENV)/.installed ## a sweep run three times (n_jobs=1, again at 1
 	$(PY) -m src.bench.harness --sweep $(SWEEP) $(ARGS)
 
 bench-predict: $(VENV)/.installed ## the prediction's held-out error: a named sweep (SWEEP=NAME; ARGS=its overrides, --seeds, --probe-runs) one round of seeds at a time, each round followed by a probe run of every cell, then each cell predicted beside measured, the error per regime (PREDICT_ARGS=src.predict's arguments)
-	$(PY) -m src.bench.predict --sweep $(SWEEP) $(ARGS) -- $(PREDICT_ARGS)
+	$(PY) -m src.bench.predict_rounds --sweep $(SWEEP) $(ARGS) -- $(PREDICT_ARGS)
 
 bench-noise: $(VENV)/.installed ## the sweep quiet, then under a CPU hog (n_jobs=1): cell agreement, pairs, model errors, fits, advice (ARGS="--seeds 0,1 --hog-cores 1")
 	$(PY) -m src.bench.noise --sweep $(SWEEP) $(ARGS)

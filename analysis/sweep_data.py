@@ -248,7 +248,7 @@ def load_sweep(client: MlflowClient, experiment: str, sweep_id: str | None = Non
 
 def load_sweeps(client: MlflowClient, experiment: str, sweep_ids: list[str]) -> SweepData:
     """Several sweeps read as one (the seed rounds of one sweep, each run as a sweep of its own by
-    src.bench.predict): their trials and unplaced runs concatenated, `sweep` the first's. A trial
+    src.bench.predict_rounds): their trials and unplaced runs concatenated, `sweep` the first's. A trial
     (draft, k, seed) finished in two of them counts once, its newest run (`finished_trials`), and
     the pairs are that run's only. A sweep id given twice is refused."""
     if len(set(sweep_ids)) != len(sweep_ids):

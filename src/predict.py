@@ -102,7 +102,7 @@ the other regimes only (`held_out_overheads`): with `--fit-sweep` the validated 
 cell's prediction has seen its draft or its regime. It also prints when the sweep's trials ran
 and how long after them the probes began (`probes_after`): the machine's drift in between is part
 of each error. `--sweep-id A,B,C` validates several sweeps read as one (`sweep_data.load_sweeps`: the
-seed rounds of one sweep). `make bench-predict` (src.bench.predict) runs the sweep one seed round
+seed rounds of one sweep). `make bench-predict` (src.bench.predict_rounds) runs the sweep one seed round
 at a time with a probe run of every cell after each (`validate_sweep`'s `between`), so the probes
 and the trials they are judged against sample the machine in the same stretch of time
 (`rounds_timing` prints when each round ran).
@@ -334,7 +334,7 @@ def validate_sweep(args, overrides: list[str], o: Overheads, between=None) -> pd
     """Per cell of the sweep (`--sweep-id`: one id, or a comma list read as one sweep, `load_sweeps`):
     predicted and measured speedup and APE; prints the summary. between: None, or a function of the
     probe run r (1 to runs - 1) called just before it, which runs the sweep's next round of trials
-    and returns its sweep id (src.bench.predict: seed rounds and probe runs take turns); the
+    and returns its sweep id (src.bench.predict_rounds: seed rounds and probe runs take turns); the
     measurements are then those of every round, each read once right after it ran."""
     from .engine.errors import SpecsweepError
     from .trial.load import load_target

@@ -1,7 +1,7 @@
 """`make bench-predict`: the prediction's held-out error, its probes taking turns with the sweep's seed rounds.
 
-    python -m src.bench.predict --sweep batch engine=eager batch=1 draft=int8,distilled k=2,4
-    python -m src.bench.predict --sweep paper --seeds 0,1,2,3,4 --probe-runs 2 -- --seqs 16 --rounds 21
+    python -m src.bench.predict_rounds --sweep batch engine=eager batch=1 draft=int8,distilled k=2,4
+    python -m src.bench.predict_rounds --sweep paper --seeds 0,1,2,3,4 --probe-runs 2 -- --seqs 16 --rounds 21
 
 A named sweep of sweeps/ runs one round of seeds at a time (--seeds in --probe-runs rounds of
 consecutive seeds, default one per seed, `seed_rounds`; one trial at a time; resume=false, so that
@@ -154,7 +154,7 @@ def run_round(sweep: str, rounds: list[list[int]], r: int, overrides: list[str],
 
 def main(argv: list[str] | None = None) -> None:
     before, after = split_dashes(sys.argv[1:] if argv is None else argv)
-    ap = ArgParser(prog="python -m src.bench.predict", description=__doc__.splitlines()[0],
+    ap = ArgParser(prog="python -m src.bench.predict_rounds", description=__doc__.splitlines()[0],
                    epilog="After --: src.predict's arguments (python -m src.predict --help).")
     ap.add_argument("--sweep", required=True, help="a sweep of sweeps/ by name")
     ap.add_argument("--seeds", default="0,1,2", help="the sweep's seeds (default: %(default)s)")
