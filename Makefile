@@ -43,7 +43,7 @@ analyze: $(VENV)/.installed ## tables, cost models and figures of the latest swe
 	$(PY) -m analysis.report $(ARGS)
 
 predict: $(VENV)/.installed ## predict a draft's speedup per k without a sweep, about a minute a draft (ARGS="draft=ngram k=2,4,8 --fit-sweep ID"; ARGS="--validate --sweep-id ID")
-	$(PY) -m analysis.predict $(ARGS)
+	$(PY) -m src.predict $(ARGS)
 
 test: $(VENV)/.installed ## the whole test suite on every core (CPU; the cluster tests too once `make setup-cluster` has run; TEST_WORKERS=0: in this process)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup tests
@@ -60,8 +60,8 @@ bench: $(VENV)/.installed ## print the benchmark tables (loop overhead, int8 ker
 bench-sweep: $(VENV)/.installed ## a sweep run three times (n_jobs=1, again at 1, at 2): timing agreement, harness overhead, wall ratio (ARGS=--n1-only: one run, the overhead alone)
 	$(PY) -m src.bench.harness --sweep $(SWEEP) $(ARGS)
 
-bench-predict: $(VENV)/.installed ## the prediction's held-out error: a named sweep (SWEEP=NAME; ARGS=its overrides, --seeds, --probe-runs) one round of seeds at a time, each round followed by a probe run of every cell, then each cell predicted beside measured, the error per regime (PREDICT_ARGS=analysis.predict's arguments)
-	$(PY) -m src.bench.predict --sweep $(SWEEP) $(ARGS) -- $(PREDICT_ARGS)
+bench-predict: $(VENV)/.installed ## the prediction's held-out error: a named sweep (SWEEP=NAME; ARGS=its overrides, --seeds, --probe-runs) one round of seeds at a time, each round followed by a probe run of every cell, then each cell predicted beside measured, the error per regime (PREDICT_ARGS=src.predict's arguments)
+	$(PY) -m src.bench.predict_rounds --sweep $(SWEEP) $(ARGS) -- $(PREDICT_ARGS)
 
 bench-noise: $(VENV)/.installed ## the sweep quiet, then under a CPU hog (n_jobs=1): cell agreement, pairs, model errors, fits, advice (ARGS="--seeds 0,1 --hog-cores 1")
 	$(PY) -m src.bench.noise --sweep $(SWEEP) $(ARGS)
@@ -76,9 +76,9 @@ export: $(VENV)/.installed ## write a target as a transformers checkpoint (ARGS=
 	$(PY) -m src.export $(ARGS)
 
 bench-folder: $(VENV)/.installed ## a GPT-2-small-shaped model from a folder and a 2-layer draft: load time, memory, pass and verify costs (ARGS="--layers 6")
-	$(PY) -m src.bench.folder_model $(ARGS)
+	$(PY) -m src.bench.folder_model_size $(ARGS)
 
-retrain-default: $(VENV)/.installed ## retrain the shipped default target (src/engine/weights/) and compare: 10-25 min on 2 cores (ARGS=--ship: replace it)
+retrain-default: $(VENV)/.installed ## retrain the shipped default target (src/engine/models/weights/) and compare: 10-25 min on 2 cores (ARGS=--ship: replace it)
 	$(PY) -m src.bench.retrain $(ARGS)
 
 tracking-server: $(VENV)/.installed-cluster ## MLflow server on PostgreSQL, both on 127.0.0.1, data in .cluster/ (ARGS="--port 5001 --pg-port 5433")

@@ -13,7 +13,7 @@ distribution, and an interval that treats them so calls equal cells apart far to
 bootstrap's (analysis/seed_bootstrap.median_interval_seeds: seeds resampled, then each drawn
 seed's pairs; its percentile interval at the level, widened for few seeds as Student's t is
 wider than the normal), `interval` = "seed bootstrap" and `confidence` the level. A cell of one seed says nothing of the seeds' spread; its interval is the
-distribution-free one for the median of its pairs (order statistics as src/engine/timing.py
+distribution-free one for the median of its pairs (order statistics, src/engine/measuring/intervals.py, as the timing
 computes per trial: [X_(j), X_(n+1-j)] with the largest j whose coverage
 1 - 2 BinomCDF(j - 1; n, 1/2) is at least the level), `interval` = "pairs (1 seed)" and
 `confidence` its exact coverage for those n pairs: the timing noise of one text only.
@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from src.engine.timing import median_interval
+from src.engine.measuring.intervals import median_interval
 
-from .load import CELL, FINISHED, KEY
+from .sweep_data import CELL, FINISHED, KEY
 from .seed_bootstrap import median_interval_seeds, seed_groups
 
 DEFAULT_LEVEL = 0.95  # timing.confidence of runs that did not log one

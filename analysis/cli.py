@@ -12,7 +12,7 @@ from src.engine.errors import SpecsweepError
 def one_line_errors(command) -> int:
     """Run command() with warnings-only logging; bad input (a SpecsweepError or MlflowException)
     ends as one line `error: ...` on stderr and exit status 2 (python -m analysis.report and
-    analysis.predict)."""
+    python -m src.predict)."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     # MLflow gives its logger an INFO handler of its own at import; its INFO lines (e.g. the
     # pool class inherited from a sweep's environment) would bury a one-line error.

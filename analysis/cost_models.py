@@ -40,7 +40,7 @@ c. extended     time of one generation
    The free-loop form, used where every fitted trial measured its loops (LOOP_TIMES; chains with
    timing.free_loop, the default), timed in the same interleaved rounds as t1, tv and td:
    free_pass_us F, the speculative loop replaying the trial's own proposals at no drafting cost
-   (src/engine/replay.py: the verify pass as it runs in the loop plus the loop's own work), and
+   (src/engine/measuring/replay.py: the verify pass as it runs in the loop plus the loop's own work), and
    base_pass_us F_B, the baseline loop per char. The model takes its times in units of F_B, each
    ratio taken within a cost round and then the median over rounds (free_per_base f = F / F_B,
    draft_per_base d = td / F_B), as a pair's ratio is taken within the pair:
@@ -112,9 +112,9 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares, lsq_linear
 
-from src.engine.formula import iid_chars_per_pass, seed_speedup
+from src.engine.measuring.formula import iid_chars_per_pass, seed_speedup
 
-from .load import CELL, KEY
+from .sweep_data import CELL, KEY
 from .seed_bootstrap import best_gain_interval, seed_groups
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from .cost_models import MODELS  # noqa: E402
-from .formula import pays_grid  # noqa: E402
+from .pays import pays_grid  # noqa: E402
 
 plt.rcParams["svg.hashsalt"] = "specsweep"  # stable SVG ids: reruns give identical files
 

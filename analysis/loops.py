@@ -1,7 +1,7 @@
 """The tool's loop against transformers' loop on the same weights, and the cost model's account of
 the difference.
 
-Every trial measures, inside its own loop (src/engine/measure.py, src/engine/library.py): the loop's
+Every trial measures, inside its own loop (src/engine/measuring/measure.py, src/engine/huggingface/library_loop.py): the loop's
 plain decoding step per char (`base_pass_us`, the baseline loop timed with the components), the
 verify pass of the pass's width (`verify_pass_us`), the draft's time per drafted char
 (`draft_char_us`) and the speculative loop's own work per pass beyond those two
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .load import cell_labels
+from .sweep_data import cell_labels
 from .tables import Table
 
 NEED = ("base_pass_us", "verify_pass_us", "draft_char_us", "overhead_us_per_pass", "chars_per_pass", "proposed",

@@ -1,19 +1,24 @@
-"""What a target's pays map needs from a sweep: its verify-cost line, loop overheads and cells.
+"""The pays map: the formula's best chain speedup over per-position acceptance and draft cost
+(`pays_grid`; the report takes its k grid, MAP_KS), and what a target's map needs from a sweep:
+its verify-cost line, loop overheads and cells.
 
-The map itself (analysis/figures.py: pays_map) is the formula's best chain speedup
-(analysis/formula.py: pays_grid) over per-position acceptance and draft cost, with every chain
-cell of the sweep drawn at its (median acceptance, median c), and for a workload of several
-categories each category's point (its own acceptance, the cell's c).
+The map itself (analysis/figures.py: pays_map) is `pays_grid` with every chain cell of the sweep
+drawn at its (median acceptance, median c), and for a workload of several categories each
+category's point (its own acceptance, the cell's c).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
+
+from src.engine.measuring.formula import Overheads, iid_chars_per_pass, speedup
 
 from .aggregate import pooled_speedup
 from .cost_models import EXTENDED_INPUTS, fit_extended
-from .formula import Overheads
+
+MAP_KS = tuple(range(1, 17))    # the pays map's chain picks its best k among these
 
 
 @dataclass
@@ -68,3 +73,17 @@ def pays_inputs(finished: pd.DataFrame, pairs: pd.DataFrame, level: float) -> li
                                         f"extended model fitted on the {fit.trials} trials of target {key}"), pts,
                               category_points(chain)))
     return out
+
+
+def pays_grid(a, c, ks, verify_ratio, overheads: Overheads = Overheads(), t1: float = 1.0):
+    """Best predicted chain speedup over ks at each (a, c), and the k that gives it.
+
+    a, c: broadcastable arrays (per-position acceptance, draft cost td / t1); verify_ratio(k) =
+    tv(k) / t1; overheads in us with t1 in us (t1 = 1: overheads in units of t1). Per k the
+    speedup is iid_chars_per_pass(a, k) (1 + o_base/t1) / (v(k) + o_pass/t1 + k c (1 + gamma)).
+    Returns (speedup, k) arrays of the broadcast shape; ties go to the smaller k."""
+    a, c = np.broadcast_arrays(np.asarray(a, float), np.asarray(c, float))
+    rel = Overheads(overheads.o_base / t1, overheads.o_pass / t1, overheads.gamma)
+    per_k = np.stack([speedup(iid_chars_per_pass(a, k), 1.0, verify_ratio(k), c, k, rel) for k in ks])
+    best = per_k.argmax(0)
+    return np.take_along_axis(per_k, best[None], 0)[0], np.asarray(ks)[best]

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from .load import SweepData, cell_labels
+from .sweep_data import SweepData, cell_labels
 from .seed_bootstrap import best_cell_interval_seeds, seed_groups
 from .tables import Table
 
@@ -123,7 +123,7 @@ def break_even_rows(regimes: pd.DataFrame, keys: tuple[str, ...] = ("draft", "en
                     value: str = "speedup") -> pd.DataFrame:
     """Per group of `keys` (draft and engine) measured at two batch sizes or more: the grid `bs`, and
     `break_even`'s point, first and last (numbers: bs[0] / 2 below the grid, inf beyond it) from the
-    column `value` per B (the regimes table's best speedup; analysis.predict gives its best
+    column `value` per B (the regimes table's best speedup; analysis.prediction gives its best
     prediction) and its interval lo-hi. With two seeds or more in every cell that interval
     is the seed bootstrap's for the best of the k at that B, so the range [first, last] is a seed
     bootstrap interval for the break-even batch: on planted sweeps (three equal k per B, 5 seeds) it

@@ -9,7 +9,7 @@ SVG, and report.md into --out (default results/<sweep_id>/), then logs that fold
 artifacts "analysis/" of the sweep's parent run. The folder is replaced as a whole: everything
 is written into a temporary sibling folder that is then renamed into place, so no file of an
 older report of the sweep survives, and a crash mid-report leaves the old report whole. An
-existing --out folder that this tool did not write (no `.specsweep-report` marker; analysis/export.py)
+existing --out folder that this tool did not write (no `.specsweep-report` marker; analysis/outputs.py)
 is refused, not replaced, and left as it was. Bad input (no store, no
 such sweep, no finished trial) ends with one line on stderr and exit status 2.
 """
@@ -33,12 +33,11 @@ from . import figures
 from .aggregate import configured_level, pooled_speedup, trial_status
 from .cli import one_line_errors
 from .cost_models import BOOTSTRAP, ModelResults, cell_predictions, predict_trials
-from .export import atomic_folder, markdown, write_figure, write_table
-from .formula import MAP_KS
-from .load import DEFAULT_EXPERIMENT, REPO, SweepData, connect, load_sweep, prompt_rows, with_cell_parts
+from .outputs import atomic_folder, markdown, write_figure, write_table
+from .sweep_data import DEFAULT_EXPERIMENT, REPO, SweepData, connect, load_sweep, prompt_rows, with_cell_parts
 from .loops import loops_table
-from .pays import pays_inputs
-from .policies import drafted_table, policies_table
+from .pays import MAP_KS, pays_inputs
+from .policy_tables import drafted_table, policies_table
 from .regimes import batch_table, only_regime, regimes_of, regimes_table, speedup_by_batch, verify_cost_table
 from .tables import (Table, acceptance_table, best_k_table, cost_by_k_table, cost_table, cpu_models,
                      cpu_models_per_cell, exactness_table, fit_table, memory_table, model_errors_table,
@@ -158,7 +157,7 @@ def render(report: Report, uri: str, experiment: str) -> str:
 
 
 def write_outputs(report: Report, text: str, out_dir: Path, frame: pd.DataFrame | None = None) -> None:
-    """Every table, report.md and the figures into `out_dir`, replaced as a whole (export.atomic_folder);
+    """Every table, report.md and the figures into `out_dir`, replaced as a whole (outputs.atomic_folder);
     frame: the per-category frame, whose figures go with them."""
     with atomic_folder(out_dir) as tmp:
         write_files(report, text, tmp)

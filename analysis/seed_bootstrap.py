@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from src.engine.timing import small_sample_widening
+from src.engine.measuring.intervals import small_sample_widening
 
 REPS = 2000   # replicates: the 2.5% / 97.5% percentiles rest on about 50 replicates each
 SEED = 0      # the bootstrap's own generator: the report is the same on every run
@@ -65,7 +65,7 @@ def few_seeds_widening(seeds: int, level: float) -> float:
     the seeds by their plug-in variance ((S - 1) / S of the unbiased one) and reads normal-like
     quantiles, where the mean of S seeds follows Student's t with S - 1 degrees of freedom: unwidened,
     a 95% interval calls a planted cell of speedup 1 faster 22% of the time at 2 seeds and 7% at 5
-    (nominal 2.5%; tests/analysis/test_seed_bootstrap.py). src/engine/timing.py's
+    (nominal 2.5%; tests/analysis/test_seed_bootstrap.py). src/engine/measuring/intervals.py's
     small_sample_widening for one kind of unit."""
     return small_sample_widening([(1.0, seeds)], level)
 

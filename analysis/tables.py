@@ -1,4 +1,4 @@
-"""The report's tables, in the seed's shapes, as numbers (rendering lives in export.py).
+"""The report's tables, in the seed's shapes, as numbers (rendering lives in outputs.py).
 
 Each builder takes the finished trials (and the pooled pair statistics or model results) and
 returns a `Table`: a DataFrame with readable column names, the number format of each column

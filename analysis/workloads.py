@@ -11,7 +11,7 @@ the workload apart), k and category, over every seed's trials:
   replacement, the prompts drawn with replacement (within their categories for the overall
   column; a workload's prompts are the same for every seed), then each drawn (seed, prompt)'s
   rounds: so they hold the spread over prompts, over seeds and the timing noise. The percentile
-  interval is widened in log ratio for the few seeds and prompts drawn (src/engine/timing.py:
+  interval is widened in log ratio for the few seeds and prompts drawn (src/engine/measuring/intervals.py:
   small_sample_widening, each kind's variance from replicates resampling it alone): unwidened, 3
   seeds of 10 prompts covered a planted population's speedup 85% of the time at 95%, widened 93%
   (tests/analysis/test_analysis_workloads.py). With one seed the seeds' spread is not measured,
@@ -26,9 +26,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from src.engine.timing import small_sample_widening, widened
+from src.engine.measuring.intervals import small_sample_widening, widened
 
-from .load import cell_labels
+from .sweep_data import cell_labels
 from .tables import Table
 
 REPS = 2000    # bootstrap replicates

@@ -7,16 +7,16 @@ The target of the config (trained first if this host has not, like any trial's) 
 DIR, a new or empty folder: GPT-2 weights computing the same logits, a character-level tokenizer
 transformers loads (`AutoTokenizer.from_pretrained(DIR)`), and specsweep.json naming the target's
 cache key. `python -m src.run model=hf model.path=DIR ...` then runs it as a model from a folder,
-with the same counters as the built-in model for the same seed (tests/engine/test_hf_model.py).
+with the same counters as the built-in model for the same seed (tests/engine/huggingface/test_folder_model.py).
 """
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-from .bench.config import compose_or_refuse, refusing
+from .sweep.command_config import compose_or_refuse, refusing
 from .engine.errors import ArgParser, refuse
-from .engine.hf_model import export_checkpoint
+from .engine.huggingface.checkpoint import export_checkpoint
 from .trial.load import load_target
 from .trial.spec import is_folder_model, repo_path, target_spec
 

@@ -14,7 +14,7 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from src.engine.atomic import write_text
-from src.engine.corpus import synthetic_text
+from src.engine.models.corpus import synthetic_text
 from src.engine.drafts import BigramDraft
 from src.trial.load import build_draft, load_target
 from src.trial.spec import trial_spec
@@ -25,7 +25,7 @@ PROMPT = "the cat "
 
 def compose_cfg(corpus_path, cache_dir, *overrides: str):
     # one pair and fixed cost rounds: the adaptive ones (pairs added until the interval is narrow,
-    # up to 24 pairs or 30 s a trial) are tested in tests/engine/test_timing.py and
+    # up to 24 pairs or 30 s a trial) are tested in tests/engine/measuring/test_timing.py and
     # tests/trial/test_trial_timing.py, which ask for them
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         return compose("config", overrides=[
@@ -94,10 +94,9 @@ DRAFT_TEST_OVERRIDES = {"heads": ["draft.steps=150", "draft.rows=256", "draft.po
 def folder_draft_model(tiny, tmp_path_factory) -> Path:
     """A draft model from a folder for the tiny target (draft=hf_model): a 1-layer GPT-2 with random
     weights, the tiny target's vocabulary and context window, and its char tokenizer."""
-    from src.engine.hf_model import char_tokenizer
-    from src.engine.library import _transformers
+    from src.engine.huggingface.checkpoint import char_tokenizer, offline_transformers
     _, _, target = tiny
-    t = _transformers()
+    t = offline_transformers()
     folder = tmp_path_factory.mktemp("folder_draft")
     torch.manual_seed(0)
     config = t.GPT2Config(vocab_size=target.tokenizer.vocab_size, n_positions=target.model.cfg.block_size, n_embd=32,
@@ -110,7 +109,7 @@ def folder_draft_model(tiny, tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def drafts(tiny, folder_draft_model):
     """name -> draft, for every draft config shipped in conf/draft/ that runs in the tool's loop (a draft of
-    transformers' loop only, prompt_lookup, is tested in tests/engine/test_library.py); hf_model's
+    transformers' loop only, prompt_lookup, is tested in tests/engine/huggingface/test_library_loop.py); hf_model's
     model is `folder_draft_model`."""
     cfg, corpus, target = tiny
     out = {}

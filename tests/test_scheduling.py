@@ -11,7 +11,7 @@ def test_the_cluster_files_are_one_unit_of_work_and_every_other_test_its_own():
     assert ONE_WORKER_FILES and all((REPO / "tests" / f).is_file() for f in ONE_WORKER_FILES)  # not renamed away
     units = {work_unit(f"tests/{f}::test_{i}[a-1]") for i, f in enumerate(ONE_WORKER_FILES)}
     assert units == {"one_worker"}
-    for other in ("tests/engine/test_decode.py::test_greedy[bigram-1]", "tests/tools/test_bench_noise.py::test_x",
+    for other in ("tests/engine/decoding/test_decode.py::test_greedy[bigram-1]", "tests/tools/test_bench_noise.py::test_x",
                   "tests/tools/test_cluster_helpers.py::test_y"):
         assert work_unit(other) == other
     for f in ONE_FIXTURE_FILES:

@@ -22,7 +22,7 @@
 6. The machine's limit (`bench=roofline`, not in `all`; src/bench/machine_limit.py): FLOPs and bytes
    of each pass width, the machine's rates, each engine's pass against its bound, tv(w) / t1,
    the model drafts' c per engine, compile times.
-7. The two loops (`bench=library`, not in `all`; src/bench/library.py): the tool's eager loop and
+7. The two loops (`bench=library`, not in `all`; src/bench/library_vs_tool.py): the tool's eager loop and
    transformers' generate on the same model draft, every component in the same rounds.
 5. Row paths (`bench=rows`, not in `all`): the table drafts' loop at T = 1 drawing from
    mixture rows (what `propose` does) against dense rows: time per target pass, pairs on
@@ -39,20 +39,21 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from .. import sweep  # noqa: F401  (its warning filter, before Hydra composes the launcher configs)
-from ..engine.decode import generate_speculative
+from ..engine.decoding.decode import generate_speculative
 from ..engine.errors import SpecsweepError, refuse
-from ..engine.measure import measure_cost
-from ..engine.quantize import quantized_copy
-from ..engine.timing import median_interval, timed
-from ..engine.train import evaluate
-from ..engine.tree import generate_tree, max_nodes
+from ..engine.measuring.measure import measure_cost
+from ..engine.models.quantize import quantized_copy
+from ..engine.measuring.intervals import median_interval
+from ..engine.measuring.timing import timed
+from ..engine.models.train import evaluate
+from ..engine.decoding.tree import generate_tree, max_nodes
 from ..paths import CONF_DIR
 from ..trial.checks import check_inputs
 from ..trial.conf import command_line
 from ..trial.load import build_draft, load_target
 from ..trial.spec import draft_class, draft_spec, trial_spec
 from . import kernels as bench_kernels
-from . import library as bench_library
+from . import library_vs_tool as bench_library
 from . import machine_limit
 
 

@@ -35,12 +35,12 @@ import yaml
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from ..engine.acceptance import mean_overlap, sample_text
+from ..engine.measuring.acceptance import mean_overlap, sample_text
 from ..engine.drafts import DistilledDraft, NgramDraft
 from ..engine.drafts.distilled import target_probs
 from ..engine.errors import ArgParser, SpecsweepError, at_least, refuse
-from ..engine.measure import measure_cost
-from ..engine.train import all_cores
+from ..engine.measuring.measure import measure_cost
+from ..engine.models.train import all_cores
 from ..paths import CONF_DIR
 from ..trial.load import build_draft, load_target, train_ids_of
 from ..trial.spec import draft_spec, trial_spec

@@ -20,11 +20,11 @@ import torch
 import torch.nn as nn
 from omegaconf import OmegaConf
 
-from ..engine.decode import prefill
+from ..engine.decoding.decode import prefill
 from ..engine.drafts import ModelDraft
-from ..engine.int8_linear import Int8Linear, quantized_engine
-from ..engine.measure import proposal
-from ..engine.timing import interleaved_medians
+from ..engine.models.int8_linear import Int8Linear, quantized_engine
+from ..engine.measuring.measure import proposal
+from ..engine.measuring.timing import interleaved_medians
 from ..paths import CONF_DIR
 from ..trial.load import build_draft
 from ..trial.spec import draft_spec, trial_spec

@@ -1,7 +1,7 @@
 """The machine's limit per pass, and each engine against it (printed, never asserted):
 `make bench ARGS="+bench=roofline"`.
 
-1. The machine, one thread: float32 GEMM throughput and copy bandwidth (src/engine/roofline.py).
+1. The machine, one thread: float32 GEMM throughput and copy bandwidth (src/engine/measuring/roofline.py).
 2. Per engine and pass width (1..17, and the drafts_tree sweep's tree sizes 1 + 4, 8, 12, 44 as
    tree passes: slots and a mask given), on the config's target: FLOPs and bytes of the pass, its
    arithmetic alone at the GEMM rate, its lower bound max(flops / GEMM rate, bytes / bandwidth),
@@ -9,7 +9,7 @@
    widths timed in the same rounds), the pass as a multiple of its bound and of its arithmetic,
    the verify-cost curve tv(w) / t1, and the largest logit difference from eager's pass. The
    `transformers` engine's pass is the converted GPT2LMHeadModel's forward over a DynamicCache,
-   cropped back after each call as its loop does (src/engine/library.py); chains only.
+   cropped back after each call as its loop does (src/engine/huggingface/library_loop.py); chains only.
 3. Per engine, the draft cost c of each model draft (int8, int4, int8_kernels, heads) at
    k = `k` of the config, timed as a trial times it (`measure_cost`; `library_cost` for the
    transformers engine, where int8_kernels and heads have no counterpart: "-").
@@ -25,12 +25,13 @@ import statistics
 import torch
 from omegaconf import OmegaConf
 
-from ..engine.decode import prefill
-from ..engine.engines import ENGINES, Engine
-from ..engine.library import LibraryLoop, cached_passes, library_cost, to_transformers
-from ..engine.measure import measure_cost
-from ..engine.roofline import measure_machine, pass_cost
-from ..engine.timing import interleaved_rounds
+from ..engine.decoding.decode import prefill
+from ..engine.runtimes.engines import ENGINES, Engine
+from ..engine.huggingface.checkpoint import to_transformers
+from ..engine.huggingface.library_loop import LibraryLoop, cached_passes, library_cost
+from ..engine.measuring.measure import measure_cost
+from ..engine.measuring.roofline import measure_machine, pass_cost
+from ..engine.measuring.timing import interleaved_rounds
 from ..paths import CONF_DIR
 from ..trial.load import build_draft
 from ..trial.spec import draft_spec, engine_spec, trial_spec

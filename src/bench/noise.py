@@ -149,7 +149,7 @@ def effect(quiet: pd.DataFrame, loaded: pd.DataFrame) -> list[tuple[str, float, 
 
 def analyse(uri: str):
     """The report's analysis of the one sweep in the store at `uri`."""
-    from analysis.load import DEFAULT_EXPERIMENT, connect, load_sweep
+    from analysis.sweep_data import DEFAULT_EXPERIMENT, connect, load_sweep
     from analysis.report import build_report
     return build_report(load_sweep(connect(uri), DEFAULT_EXPERIMENT))
 

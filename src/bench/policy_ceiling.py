@@ -13,7 +13,7 @@ work per pass, `--overhead`). A rule that picks a length per chain runs at
     rate = sum_c E_c(len_c) / sum_c T(len_c)
 chars per unit (chars per second over many passes: a ratio of sums). Rows, each against the
 best fixed k <= cap at that price:
-- informed: the cost policy's greedy rule (src/engine/policy.py: stop at the first char that
+- informed: the cost policy's greedy rule (src/engine/decoding/policy.py: stop at the first char that
   lowers the pass's rate) with the exact expectations beta in place of the calibrated map: the
   best a draft that knew its acceptance before drawing each char could do with that rule;
 - oracle: the best length per chain knowing r, found by Dinkelbach's iteration on the ratio: a
@@ -21,7 +21,7 @@ best fixed k <= cap at that price:
   that reads only the draft's information is one of them), short of the uniforms (a rule that
   reads those changes the output law).
 The chains start at uniform positions of target text, not at the loop's own pass starts
-(src/engine/acceptance.py: on the medium target that overstated chars per pass by 2-7%); the
+(src/engine/measuring/acceptance.py: on the medium target that overstated chars per pass by 2-7%); the
 ratios between rules are what this reads.
 
     python -m src.bench.policy_ceiling
@@ -35,7 +35,7 @@ import warnings
 import torch
 from hydra import compose, initialize_config_dir
 
-from ..engine.acceptance import chain_acceptance, sample_text
+from ..engine.measuring.acceptance import chain_acceptance, sample_text
 from ..engine.errors import ArgParser, SpecsweepError, at_least, refuse
 from ..paths import CONF_DIR
 from ..trial.load import build_draft, load_target

@@ -1,6 +1,6 @@
 """Retrain a shipped target and compare (printed; exit 1 if it does not reproduce): `make retrain-default`.
 
-The default target ships in git (src/engine/weights/, with recipe.json), so a fresh clone's
+The default target ships in git (src/engine/models/weights/, with recipe.json), so a fresh clone's
 first trial does not wait 10-25 minutes for training. This command checks that the shipped
 file is what its recipe makes: it trains the target of the config (the default one, or the
 overrides given) into a temporary folder, with every core, never reading the shipped copy or
@@ -31,10 +31,10 @@ import torch
 
 from ..engine.atomic import file_sha256, write_bytes, write_text
 from ..engine.errors import ArgParser, refuse
-from ..engine.train import SHIPPED, get_target, recipe, shipped_recipes
+from ..engine.models.train import SHIPPED, get_target, recipe, shipped_recipes
 from ..trial.load import load_corpus_of
 from ..trial.spec import is_folder_model, target_spec
-from .config import compose_or_refuse
+from ..sweep.command_config import compose_or_refuse
 
 TOLERANCE = 0.02   # nats/char: a retrained model within this of the shipped one's validation loss reproduces it
 

@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 
 @dataclass(frozen=True)
 class PublishedTarget:
-    key: str          # the engine's cache key (src/engine/train.py cache_key)
+    key: str          # the engine's cache key (src/engine/models/train.py cache_key)
     run_id: str       # the target run holding `checkpoint/target-<key>.pt`
     sha256: str       # of that checkpoint: a worker verifies its copy against it
 

@@ -18,7 +18,7 @@ gets the same answer, and the parent's counts and exit status come from here.
   its worker die under it; it is marked FAILED;
 - reused runs: a cell done by another sweep's run (an earlier sweep with the same cells) is
   recorded on the parent as the param `reused.<config_hash>` = that run's id, so the sweep's
-  analysis finds every cell it planned (analysis/load.py).
+  analysis finds every cell it planned (analysis/sweep_data.py).
 """
 from __future__ import annotations
 

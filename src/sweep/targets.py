@@ -18,7 +18,7 @@ from ..engine.atomic import atomic_path, write_text
 from ..engine.errors import SpecsweepError
 from ..engine.locks import COPY_WAIT_S, file_lock
 from ..engine.atomic import file_sha256
-from ..engine.train import TrainedTarget
+from ..engine.models.train import TrainedTarget
 from ..trial.load import TargetSource, cached_target, get_target_cached, target_key_and_path
 from ..trial.spec import TargetSpec, is_folder_model
 from .context import PublishedTarget, SweepContext

@@ -187,7 +187,8 @@ def code_version() -> str:
 
 
 COMPUTES = ("src/engine", "src/trial", "conf", "requirements.txt")   # what computes a trial's numbers
-NOT_COMPUTING = ("conf/hydra/help",)                                  # text only
+NOT_COMPUTING = ("conf/hydra/help",                                   # text only
+                 "src/trial/probes.py")                              # predict's probes: no trial runs them
 
 
 def computing_files() -> list[Path]:
@@ -203,8 +204,8 @@ def computing_files() -> list[Path]:
 
 @functools.lru_cache(maxsize=1)
 def compute_version() -> str:
-    """A hash of what computes a trial's numbers: the files of src/engine, src/trial, conf/ (not its
-    help text) and requirements.txt, by path and content. A commit of docs, analysis, tests or the
+    """A hash of what computes a trial's numbers: the files of src/engine, src/trial (not predict's
+    probes), conf/ (not its help text) and requirements.txt, by path and content. A commit of docs, analysis, tests or the
     sweep's bookkeeping leaves it unchanged, so a sweep resumes across it; a change to the code or a
     config that computes changes it, and the cells run again (src/sweep/ledger.py)."""
     h = hashlib.sha256()

@@ -1,4 +1,4 @@
-"""A trial at batch B > 1: B sequences decoded together (src/engine/batch.py).
+"""A trial at batch B > 1: B sequences decoded together (src/engine/decoding/batch.py).
 
 The workload's prompts are the batches' rows: ceil(N / B) batches of B rows, the prompts in
 order and from the first again once they run out (`batch_rows`: the single workload gives B rows
@@ -16,11 +16,11 @@ import statistics
 
 import torch
 
-from ..engine.batch import BatchGeneration, generate_baseline_batch, generate_speculative_batch, stream_generators
-from ..engine.decode import Generation, pooled
-from ..engine.formula import seed_speedup
-from ..engine.measure import measure_batch_cost
-from ..engine.timing import paired_workload_timing
+from ..engine.decoding.batch import BatchGeneration, generate_baseline_batch, generate_speculative_batch, stream_generators
+from ..engine.decoding.decode import Generation, pooled
+from ..engine.measuring.formula import seed_speedup
+from ..engine.measuring.measure import measure_batch_cost
+from ..engine.measuring.timing import paired_workload_timing
 from .spec import TrialSpec
 from .workload import Prompt
 

@@ -13,13 +13,13 @@ target trained.
 """
 from __future__ import annotations
 
-from ..engine.corpus import Corpus
+from ..engine.models.corpus import Corpus
 import tempfile
 from pathlib import Path
 
 from ..engine.errors import SpecsweepError
 from ..engine.locks import check_creatable
-from ..engine.train import corpus_tokenizer, target_location, verify_checkpoint
+from ..engine.models.train import corpus_tokenizer, target_location, verify_checkpoint
 from .load import load_corpus_of
 from .spec import TargetSpec, TrialSpec, check_window, draft_class, is_folder_model
 from .workload import WorkloadSpec, workload_prompts
@@ -43,10 +43,10 @@ def check_inputs(spec: TrialSpec) -> Corpus:
 
 def folder_tokens(folder: str) -> list[str]:
     """The tokens of a folder model's tokenizer, in id order (one-line refusal if it does not load)."""
-    from ..engine.hf_model import HFTokenizer
-    from ..engine.library import _transformers
+    from ..engine.huggingface.folder_model import HFTokenizer
+    from ..engine.huggingface.checkpoint import offline_transformers
     try:
-        return HFTokenizer(_transformers().AutoTokenizer.from_pretrained(folder, local_files_only=True)).chars
+        return HFTokenizer(offline_transformers().AutoTokenizer.from_pretrained(folder, local_files_only=True)).chars
     except Exception as e:   # noqa: BLE001
         raise SpecsweepError(f"model.path {folder}: transformers cannot load its tokenizer "
                              f"({str(e).splitlines()[0][:120] if str(e) else type(e).__name__})") from None
@@ -67,11 +67,11 @@ def check_folder_prompt(spec: TrialSpec, corpus: Corpus) -> None:
     draft whose build holds a row of it per training position (distilled) and small enough for a
     table draft's order (its context codes fit an int64), its tokenizer must encode every prompt of
     the workload, and each prompt + its n_chars + k tokens must fit its context window."""
-    from ..engine.hf_model import HFTokenizer
-    from ..engine.library import _transformers
+    from ..engine.huggingface.folder_model import HFTokenizer
+    from ..engine.huggingface.checkpoint import offline_transformers
     folder = spec.target.model["path"]
     try:
-        tok = HFTokenizer(_transformers().AutoTokenizer.from_pretrained(folder, local_files_only=True))
+        tok = HFTokenizer(offline_transformers().AutoTokenizer.from_pretrained(folder, local_files_only=True))
     except Exception as e:   # noqa: BLE001
         raise SpecsweepError(f"model.path {folder}: transformers cannot load its tokenizer "
                              f"({str(e).splitlines()[0][:120] if str(e) else type(e).__name__})") from None

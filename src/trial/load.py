@@ -22,10 +22,10 @@ from pathlib import Path
 import torch
 
 from ..engine.atomic import file_sha256
-from ..engine.corpus import Corpus, load_corpus
+from ..engine.models.corpus import Corpus, load_corpus
 from ..engine.drafts.base import Draft
 from ..engine.errors import SpecsweepError
-from ..engine.train import TrainedTarget, get_target, target_location
+from ..engine.models.train import TrainedTarget, get_target, target_location
 from .spec import DataSpec, DraftSpec, TargetSpec, draft_class, is_folder_model
 
 
@@ -100,7 +100,7 @@ def folder_digest(folder: Path) -> str:
 def load_folder_target(spec: TargetSpec) -> TrainedTarget:
     """The model from a folder (model=hf) as a TrainedTarget: key "hf-<digest>", no validation loss
     (NaN: it was not trained here), path the folder; loaded once per process while unchanged."""
-    from ..engine.hf_model import load_checkpoint
+    from ..engine.huggingface.folder_model import load_checkpoint
     folder = Path(spec.model["path"])
     hit = _TARGETS.get(str(folder))
     if hit is not None and hit[0] == folder_stamp(folder):

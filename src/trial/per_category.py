@@ -1,7 +1,7 @@
 """A workload's answer per prompt and per category: counters, speedups, intervals over prompts.
 
 A trial over a workload (src/trial/workload.py) has, per prompt, its counter run and its runs in
-each timing round (src/engine/timing.py: paired_workload_timing). From them:
+each timing round (src/engine/measuring/timing.py: paired_workload_timing). From them:
 
 - per prompt (`prompt_rows`, the trial's `prompts.csv`): its counters, and its baseline and
   speculative times (the median over rounds of its own runs, every round's run listed too);
@@ -23,9 +23,10 @@ import statistics
 
 import numpy as np
 
-from ..engine.decode import Generation, pooled
-from ..engine.formula import seed_speedup
-from ..engine.timing import PairedTiming, small_sample_widening, widened
+from ..engine.decoding.decode import Generation, pooled
+from ..engine.measuring.formula import seed_speedup
+from ..engine.measuring.intervals import small_sample_widening, widened
+from ..engine.measuring.timing import PairedTiming
 from .workload import Prompt, categories, metric_name
 
 REPS = 2000     # bootstrap replicates
@@ -47,7 +48,7 @@ def prompt_bootstrap(b: np.ndarray, s: np.ndarray, strata: list[int], level: flo
     """The interval at `level` for `total_time_speedup`: the percentile interval of replicates that
     draw, within each stratum (category), as many prompts as it has with replacement, then for each
     drawn prompt its R rounds with replacement (a round's B and S runs stay together); widened in log
-    ratio for the few prompts (src/engine/timing.py: small_sample_widening), as a mean of few units
+    ratio for the few prompts (src/engine/measuring/intervals.py: small_sample_widening), as a mean of few units
     follows Student's t (unwidened, 16 prompts covered a planted workload's speedup 92% of the time
     at 95%; tests/trial/test_workload.py)."""
     rng = np.random.default_rng(seed)

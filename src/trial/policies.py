@@ -1,4 +1,4 @@
-"""The trial's draft-length policy (src/engine/policy.py), built from its spec.
+"""The trial's draft-length policy (src/engine/decoding/policy.py), built from its spec.
 
 fixed, heuristic and confidence need nothing but their options. The cost policy needs two
 things measured before the trial's counter run, never from the trial's own timed runs:
@@ -16,11 +16,11 @@ import json
 import platform
 import socket
 
-from ..engine.acceptance import acceptance_map
+from ..engine.measuring.acceptance import acceptance_map
 from ..engine.atomic import write_text
 from ..engine.locks import BUILD_WAIT_S, file_lock
-from ..engine.measure import cost_profile
-from ..engine.policy import Policy, make_policy
+from ..engine.measuring.measure import cost_profile
+from ..engine.decoding.policy import Policy, make_policy
 from .spec import TrialSpec
 
 SIGNIFICANT = 3   # a profile's numbers are rounded to 3 significant digits: a profile, not a measurement

@@ -1,7 +1,7 @@
 """One trial's result as the lines the CLI prints (and the README shows)."""
 from __future__ import annotations
 
-from ..engine.timing import FIXED, WIDTH
+from ..engine.measuring.timing import FIXED, WIDTH
 from .spec import TrialSpec
 from .trial import TrialResult
 from .workload import metric_name

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..engine.errors import SpecsweepError
-from ..engine.timing import cost_round_options, timing_options
-from ..engine.train import TrainConfig
-from ..engine.tree import check_widths, max_nodes
+from ..engine.measuring.timing import cost_round_options, timing_options
+from ..engine.models.train import TrainConfig
+from ..engine.decoding.tree import check_widths, max_nodes
 from ..paths import REPO
 from .workload import WorkloadSpec, workload_spec
 
@@ -70,14 +70,14 @@ class TimingSpec:
 
 @dataclass(frozen=True)
 class EngineSpec:
-    name: str                    # eager | compiled | onnx | transformers (src/engine/engines.py)
+    name: str                    # eager | compiled | onnx | transformers (src/engine/runtimes/engines.py)
     mode: str | None             # torch.compile's mode
     options: dict                # inductor options
 
 
 @dataclass(frozen=True)
 class PolicySpec:
-    name: str                    # fixed | heuristic | confidence | cost (src/engine/policy.py)
+    name: str                    # fixed | heuristic | confidence | cost (src/engine/decoding/policy.py)
     options: dict                # its conf/policy options
 
 
@@ -99,7 +99,7 @@ class TrialSpec:
     timing: TimingSpec
     engine: EngineSpec
     exactness_samples: int | None  # the seed's first-char TVD check: its samples, None when off
-    batch: int = 1               # sequences decoded together (src/engine/batch.py); 1: one sequence
+    batch: int = 1               # sequences decoded together (src/engine/decoding/batch.py); 1: one sequence
     policy: PolicySpec = FIXED_POLICY  # the draft-length policy; k is its cap
     workload: WorkloadSpec | None = None  # the prompts (src/trial/workload.py); None: `prompt` alone (single)
 
@@ -218,7 +218,7 @@ def is_folder_model(model: dict) -> bool:
 def folder_model(node, where: str = "model") -> dict:
     """model=hf: {source, path (absolute), max_len, block_size (the config's context window, capped
     by max_len)}; the folder is checked to hold a checkpoint, its config read (no weights loaded)."""
-    from ..engine.hf_model import check_folder, context_window
+    from ..engine.huggingface.folder_model import check_folder, context_window
     extra = sorted(set(node) - set(FOLDER_MODEL_KEYS))
     if extra:
         raise SpecsweepError(f"{where}=hf has unknown keys: {', '.join(extra)} (known: {', '.join(FOLDER_MODEL_KEYS)})")
@@ -399,7 +399,7 @@ def timing_spec(node) -> TimingSpec:
 
 
 def engine_spec(node) -> EngineSpec:
-    from ..engine.engines import ENGINES
+    from ..engine.runtimes.engines import ENGINES
     e = _Reader(node, "engine.")
     name = e["name"]
     if name not in ENGINES:
@@ -464,7 +464,7 @@ def trial_spec(config) -> TrialSpec:
     samples = integer("exactness.samples", e["samples"], 1)
     if boolean("exactness.enabled", e["enabled"]) and getattr(draft_class(draft.cls), "library_only", False):
         raise SpecsweepError(f"exactness.enabled: draft {draft.name!r} has no distribution of its own to check; "
-                             "tests/engine/test_library.py checks the library's sampler")
+                             "tests/engine/huggingface/test_library_loop.py checks the library's sampler")
     return TrialSpec(target=target, draft=draft, k=k, tree=tree, seed=integer("seed", c["seed"], 0), n_chars=n_chars,
                      temperature=temperature, prompt=prompt, threads=integer("threads", c["threads"], 1),
                      device=device, timing=timing_spec(c.sub("timing").node), engine=engine,
@@ -531,7 +531,7 @@ POLICY_OPTIONS = {"fixed": (), "heuristic": ("start",), "confidence": ("threshol
 def policy_spec(node, tree, batch: int) -> PolicySpec:
     """The draft-length policy of conf/policy/, its options checked; an adaptive policy drafts a
     chain of one sequence (refused with a tree or a batch in one line)."""
-    from ..engine.policy import ConfidencePolicy, HeuristicPolicy
+    from ..engine.decoding.policy import ConfidencePolicy, HeuristicPolicy
     p = _Reader(node, "policy.")
     name = p["name"]
     if name not in POLICY_OPTIONS:

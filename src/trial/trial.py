@@ -14,18 +14,18 @@ from functools import partial
 
 import torch
 
-from ..engine.decode import generate_baseline, generate_speculative, pooled
-from ..engine.engines import Engine
-from ..engine.formula import seed_speedup
-from ..engine.measure import exactness_check, measure_cost
-from ..engine.memory import held_bytes, peak_rss_bytes
-from ..engine.replay import ProposalRecorder, ReplayDraft
-from ..engine.timing import PairedTiming, paired_workload_timing
-from ..engine.tree import generate_tree, max_nodes
+from ..engine.decoding.decode import generate_baseline, generate_speculative, pooled
+from ..engine.runtimes.engines import Engine
+from ..engine.measuring.formula import seed_speedup
+from ..engine.measuring.measure import exactness_check, measure_cost
+from ..engine.measuring.memory import held_bytes, peak_rss_bytes
+from ..engine.measuring.replay import ProposalRecorder, ReplayDraft
+from ..engine.measuring.timing import PairedTiming, paired_workload_timing
+from ..engine.decoding.tree import generate_tree, max_nodes
 from .batched import batch_measurements
 from .policies import build_policy
 from .checks import check_inputs
-from .library import library_measurements
+from .library_trial import library_measurements
 from .load import TargetSource, build_draft, draft_model_key, load_target
 from .per_category import category_metrics, prompt_rows
 from .timing_lock import timing_lock
@@ -47,7 +47,7 @@ class TrialResult:
 
 def free_loop_run(speculate, recorder: ProposalRecorder, g):
     """(run, passes) for measure_cost's free loop (`loops`): the loop replaying the counter run's
-    recorded proposals (src/engine/replay.py), timed as the speculative arm is (no overlap
+    recorded proposals (src/engine/measuring/replay.py), timed as the speculative arm is (no overlap
     counter); speculate(track_overlap, with_draft) runs the trial's loop. Run once here, untimed, to
     check it makes the counter run's passes and chars; None, with a warning, where it does not (a
     draft that is not deterministic given the seed)."""
@@ -69,7 +69,7 @@ def recorded_loops(speculate, baseline, n_chars: int, draft):
     """(the counter run, measure_cost's `loops`): one run of the loop speculate(track_overlap,
     with_draft) with `draft`'s proposals recorded, then the free loop replaying them
     (`free_loop_run`) and the baseline loop baseline() of n_chars chars; the loops None where the
-    replay diverges. A trial's chain (sequence_measurements) and analysis.predict's probes, at
+    replay diverges. A trial's chain (sequence_measurements) and src/trial/probes.py's probes, at
     B = 1 and for a batch, build their loops here."""
     recorder = ProposalRecorder(draft)
     g = speculate(with_draft=recorder)
@@ -161,7 +161,7 @@ def sequence_measurements(spec: TrialSpec, model, draft, prompts: list[Prompt], 
     """One sequence at a time (batch 1), over the workload's prompts: the counters of the trial's
     loop (chain or tree, its draft-length policy) on every prompt, pooled; the component costs
     (and a cost policy's calibration, and the free loop) on the first prompt; the paired timing
-    over the workload (src/engine/timing.py: paired_workload_timing). timed_phase() gives the
+    over the workload (src/engine/measuring/timing.py: paired_workload_timing). timed_phase() gives the
     lock held around each timed phase; eager: the target's own model (`model` is it on the
     trial's engine; the cost policy calibrates on it). Returns (metrics, PairedTiming, each
     prompt's counter run)."""

@@ -262,7 +262,7 @@ START = pd.Timestamp(1_700_000_000, unit="s", tz="UTC")  # start time of the fra
 
 
 def noisy_frames(truth: Truth, noise: Noise | None, **grid) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(finished trials, pairs) frames in analysis.load's shapes, without a store: for fits on many seeds."""
+    """(finished trials, pairs) frames in analysis.sweep_data's shapes, without a store: for fits on many seeds."""
     trials, pairs = [], []
     for (d, k, s), (m, ratios) in noisy_trials(truth, noise, **grid).items():
         run_id = f"{d}-{k}-{s}"

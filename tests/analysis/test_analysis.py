@@ -22,8 +22,8 @@ from analysis import report as report_cli
 from analysis.aggregate import configured_level, pooled_speedup, trial_status
 from analysis.seed_bootstrap import median_interval_seeds
 from analysis.cost_models import MODELS, best_k, fit_extended
-from analysis.export import latex, markdown
-from analysis.load import CELL_PARTS, cell_labels, connect, load_sweep, tidy_runs
+from analysis.outputs import latex, markdown
+from analysis.sweep_data import CELL_PARTS, cell_labels, connect, load_sweep, tidy_runs
 from analysis.report import build_report, write_outputs
 from analysis.tables import joint_lower, verdict
 from src.engine.errors import SpecsweepError

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from analysis.figures import speedup_vs_batch
-from analysis.load import Sweep, SweepData
+from analysis.sweep_data import Sweep, SweepData
 from analysis.regimes import (Regime, batch_table, break_even, break_even_rows, crossing, only_regime, regimes_of,
                               regimes_table, speedup_by_batch, verify_cost_table)
 from analysis.report import build_report
@@ -26,7 +26,7 @@ def batch_sweep() -> SweepData:
     for batch, truth in TRUTHS.items():
         trials, pairs = fx.noisy_frames(truth, None)
         trials["engine"], trials["batch"] = "eager", batch
-        if batch > 1:   # as analysis.load labels a batch's cells
+        if batch > 1:   # as analysis.sweep_data labels a batch's cells
             for frame in (trials, pairs):
                 frame["draft"] = frame["draft"] + f"@B{batch}"
                 frame["run_id"] = frame["run_id"] + f"@B{batch}"
@@ -92,7 +92,7 @@ def test_the_verify_cost_table_and_the_figure():
 def test_a_batched_trials_batch_metric_does_not_shadow_its_param():
     """A batched trial logs `batch` as a param and as a metric: the tidy frame keeps one column
     (the param's), and the regimes come out of it (two columns once made it a frame of names)."""
-    from analysis.load import tidy_runs
+    from analysis.sweep_data import tidy_runs
     raw = pd.DataFrame({"run_id": ["a", "b"], "status": ["FINISHED"] * 2, "params.draft": ["bigram"] * 2,
                         "params.k": ["2"] * 2, "params.seed": ["0"] * 2, "params.batch": ["1", "16"],
                         "metrics.batch": [1.0, 16.0], "metrics.speedup": [1.2, 0.9]})

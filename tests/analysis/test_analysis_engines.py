@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from analysis.cost_models import fit_extended
-from analysis.load import Sweep, SweepData
+from analysis.sweep_data import Sweep, SweepData
 from analysis.regimes import Regime, only_regime, regimes_of, regimes_table
 from analysis.report import build_report
 from tests.analysis import fixtures as fx
@@ -21,7 +21,7 @@ def two_engines() -> SweepData:
     for engine, truth in (("eager", EAGER), ("onnx", FAST)):
         trials, pairs = fx.noisy_frames(truth, None)
         trials["engine"] = engine
-        if engine != "eager":   # as analysis.load labels another engine's cells
+        if engine != "eager":   # as analysis.sweep_data labels another engine's cells
             for frame in (trials, pairs):
                 frame["draft"] = frame["draft"] + "@" + engine
                 frame["run_id"] = frame["run_id"] + "@" + engine

@@ -7,9 +7,9 @@ import pandas as pd
 import pytest
 
 from analysis.cost_models import Extended, drafted_per_pass, seed_formula
-from analysis.load import cell_labels
+from analysis.sweep_data import cell_labels
 from analysis.aggregate import pooled_speedup
-from analysis.policies import drafted_table, policies_table
+from analysis.policy_tables import drafted_table, policies_table
 
 
 # (label, k) -> the centre of its planted pair ratios
@@ -33,7 +33,7 @@ def planted_pairs(seeds: int = 5, seed_sd: float = 0.08) -> pd.DataFrame:
 
 
 def cells(pairs: pd.DataFrame) -> pd.DataFrame:
-    """The pooled cells with their columns (as analysis.load.with_cell_parts gives the report's)."""
+    """The pooled cells with their columns (as analysis.sweep_data.with_cell_parts gives the report's)."""
     c = pooled_speedup(pairs, LEVEL).rename(columns={"median": "measured"})
     draft, _, policy = c["draft"].str.partition("~").T.values
     c = c.assign(draft_name=draft, draft_options="", policy=[p or "fixed" for p in policy], tree="", engine="eager",

@@ -28,10 +28,10 @@ import pandas as pd
 import pytest
 
 from tests.analysis import fixtures as fx
-from analysis import export
+from analysis import outputs
 from analysis import report as report_cli
 from analysis.cost_models import PARAMS, fit_extended, flag_outliers, predict_trials
-from analysis.load import Sweep, SweepData, connect, load_sweep
+from analysis.sweep_data import Sweep, SweepData, connect, load_sweep
 from analysis.report import build_report, render, write_outputs
 from analysis.tables import cpu_models_per_cell, joint_lower, recommendation
 from src.engine.errors import SpecsweepError
@@ -317,7 +317,7 @@ def test_a_failure_between_the_renames_puts_the_old_report_back(noisy, tmp_path,
         if len(calls) == 2:  # the new folder onto the old one's name
             raise OSError("injected")
         real_rename(src, dst)
-    monkeypatch.setattr(export.os, "rename", rename)
+    monkeypatch.setattr(outputs.os, "rename", rename)
     with pytest.raises(OSError, match="injected"):
         write_outputs(noisy, "new report", out)
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
@@ -353,7 +353,7 @@ def test_a_users_folder_holding_a_report_md_is_refused_and_left_as_it_was(noisy,
     ours = tmp_path / "ours"
     write_outputs(noisy, "first", ours)
     write_outputs(noisy, "second", ours)       # the tool's own folder: replaced
-    assert (ours / "report.md").read_text() == "second" and (ours / export.MARKER).is_file()
+    assert (ours / "report.md").read_text() == "second" and (ours / outputs.MARKER).is_file()
 
 
 def kkt_violation(a: np.ndarray, y: np.ndarray, x: np.ndarray) -> float:

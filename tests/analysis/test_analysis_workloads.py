@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
-from analysis.load import prompt_rows
+from analysis.sweep_data import prompt_rows
 from analysis.workloads import OVERALL, category_frame, estimates, workload_tables
 
 

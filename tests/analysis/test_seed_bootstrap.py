@@ -9,7 +9,7 @@ import pytest
 
 import analysis.seed_bootstrap as sb
 from analysis.seed_bootstrap import best_gain_interval, replicate_medians, seed_groups
-from src.engine.timing import median_interval
+from src.engine.measuring.intervals import median_interval
 
 LEVEL = 0.95
 

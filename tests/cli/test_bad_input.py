@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from src.engine.corpus import synthetic_text
+from src.engine.models.corpus import synthetic_text
 from src.paths import REPO
 
 pytestmark = pytest.mark.slow

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from src.engine.corpus import load_corpus
+from src.engine.models.corpus import load_corpus
 from src.engine.errors import SpecsweepError
 from tests.conftest import compose_cfg
 

@@ -75,17 +75,42 @@ def test_the_comparison_catches_a_stale_line():
     assert shapes("\n".join(lines[:-1])) != shapes(shown)
 
 
-def test_the_readme_layout_names_every_module():
-    """Each module of src/engine, src/trial, src/sweep and analysis/ is named in its row of the
-    README's layout table (a new module without a line there fails)."""
+def layout_rows(text: str) -> dict[str, str]:
+    """A layout table's rows: the first cell's first `path` -> the row."""
     import re
+    rows = {}
+    for line in text.splitlines():
+        m = re.match(r"\| `([\w/.]+)`", line)
+        if m:
+            rows.setdefault(m.group(1), line)
+    return rows
 
+
+def named_in(row: str) -> set[str]:
+    import re
+    return set(re.findall(r"`([\w/]+)`", row))
+
+
+def modules_of(folder) -> set[str]:
+    """A folder's modules (by name) and its packages (NAME/)."""
+    names = {p.stem for p in folder.glob("*.py") if p.stem != "__init__"}
+    return names | {p.name + "/" for p in folder.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+
+
+def test_the_layout_names_every_module():
+    """Each module of the engine (its root and every room), the trial, the sweep and the analysis is
+    named in its row of docs/layout.md, and the README's layout row of the engine names every room
+    (a new module or room without a line there fails)."""
     from src.paths import REPO
-    text = (REPO / "README.md").read_text()
-    layout = text.split("## Layout", 1)[1].split("\n\n", 2)[1]
-    for folder in ("src/engine", "src/trial", "src/sweep", "analysis"):
-        row = next(line for line in layout.splitlines() if line.startswith(f"| `{folder}/`"))
-        named = set(re.findall(r"`([\w/]+)`", row))
-        modules = {p.stem for p in (REPO / folder).glob("*.py") if p.stem != "__init__"}
-        modules |= {p.name + "/" for p in (REPO / folder).iterdir() if p.is_dir() and (p / "__init__.py").exists()}
-        assert modules <= named, f"{folder}: the README's layout lacks {sorted(modules - named)}"
+    rows = layout_rows((REPO / "docs" / "layout.md").read_text())
+    engine = REPO / "src" / "engine"
+    folders = [engine, REPO / "src" / "trial", REPO / "src" / "sweep", REPO / "analysis"]
+    folders += sorted(p for p in engine.iterdir() if p.is_dir() and (p / "__init__.py").exists())
+    for folder in folders:
+        key = str(folder.relative_to(REPO)) + "/"
+        assert key in rows, f"docs/layout.md has no row for {key}"
+        modules = modules_of(folder) - ({p for p in modules_of(folder) if p.endswith("/")} if folder == engine else set())
+        assert modules <= named_in(rows[key]), f"{key}: docs/layout.md's row lacks {sorted(modules - named_in(rows[key]))}"
+    readme = layout_rows((REPO / "README.md").read_text().split("## Layout", 1)[1])
+    rooms = {p for p in modules_of(engine) if p.endswith("/")}
+    assert rooms <= named_in(readme["src/engine/"]), f"the README's layout lacks {sorted(rooms - named_in(readme['src/engine/']))}"

@@ -23,32 +23,32 @@ def trip(*args, **kwargs):
 @pytest.fixture
 def wired(monkeypatch):
     """The first piece of work of every tool, replaced by the tripwire."""
-    import analysis.predict
+    import src.predict
     import analysis.report
     import src.bench.drafts
     import src.bench.noise
-    import src.bench.predict
+    import src.bench.predict_rounds
     import src.bench.policy_ceiling
     import src.bench.harness
-    import src.bench.folder_model
+    import src.bench.folder_model_size
     import src.bench.retrain
     import src.cluster.servers
     import src.export
     for module in (src.bench.drafts, src.bench.policy_ceiling, src.export):
         monkeypatch.setattr(module, "load_target", trip)
     monkeypatch.setattr(src.bench.retrain, "get_target", trip)
-    monkeypatch.setattr(src.bench.folder_model, "write_model", trip)
+    monkeypatch.setattr(src.bench.folder_model_size, "write_model", trip)
     for module in (src.bench.harness, src.bench.noise):
         monkeypatch.setattr(module, "run_sweep", trip)
     monkeypatch.setattr(src.bench.noise, "CpuHog", trip)
-    monkeypatch.setattr(src.bench.predict, "run_round", trip)
+    monkeypatch.setattr(src.bench.predict_rounds, "run_round", trip)
     monkeypatch.setattr(src.cluster.servers, "_load", trip)
     monkeypatch.setattr(analysis.report, "run", trip)
-    monkeypatch.setattr(analysis.predict, "compose", trip)
+    monkeypatch.setattr(src.predict, "compose", trip)
     return {"drafts": src.bench.drafts.main, "ceiling": src.bench.policy_ceiling.main, "sweep": src.bench.harness.main,
             "noise": src.bench.noise.main, "servers": src.cluster.servers.main, "report": analysis.report.main,
-            "predict": analysis.predict.main, "export": src.export.main, "retrain": src.bench.retrain.main,
-            "folder": src.bench.folder_model.main, "bench-predict": src.bench.predict.main}
+            "predict": src.predict.main, "export": src.export.main, "retrain": src.bench.retrain.main,
+            "folder": src.bench.folder_model_size.main, "bench-predict": src.bench.predict_rounds.main}
 
 
 def call(monkeypatch, wired, tool: str, args: list[str]):

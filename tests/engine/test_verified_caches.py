@@ -14,11 +14,11 @@ import pytest
 import torch
 
 import src.engine.drafts.table as table_module
-import src.engine.onnx_engine as onnx_module
+import src.engine.runtimes.onnx_engine as onnx_module
 from src.engine.atomic import sealed, sidecar
-from src.engine.decode import generate_speculative
+from src.engine.decoding.decode import generate_speculative
 from src.engine.drafts import NgramDraft
-from src.engine.engines import Engine
+from src.engine.runtimes.engines import Engine
 from src.engine.errors import SpecsweepError
 from tests.conftest import draft_options
 
@@ -60,7 +60,7 @@ def test_a_damaged_onnx_graph_is_rebuilt_not_used(tiny, drafts, onnx_cache, dama
     cache, graphs, clean = onnx_cache
     for g in graphs:
         damage(g)
-    with caplog.at_level(logging.WARNING, logger="src.engine.onnx_engine"):
+    with caplog.at_level(logging.WARNING, logger="src.engine.runtimes.onnx_engine"):
         again = onnx_run(tiny, drafts, cache)
     assert again == clean
     assert sum("fails its checksum" in r.getMessage() for r in caplog.records) == len(graphs)
@@ -147,9 +147,9 @@ COMPILED_SCRIPT = r'''
 import json, sys
 from pathlib import Path
 import torch
-import src.engine.engines as engines
+import src.engine.runtimes.engines as engines
 from src.engine.errors import SpecsweepError
-from src.engine.model import ModelConfig, Transformer
+from src.engine.models.model import ModelConfig, Transformer
 
 cache, strict, check = Path(sys.argv[1]), sys.argv[2] == "target", sys.argv[3] == "on"
 if not check:   # the negative control: the agreement check disabled

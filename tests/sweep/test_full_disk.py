@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from src.engine.corpus import synthetic_text
+from src.engine.models.corpus import synthetic_text
 from src.paths import REPO
 
 pytestmark = pytest.mark.slow

@@ -87,7 +87,8 @@ def test_report_and_predict_refuse_a_bad_store_in_one_line_and_write_nothing(tmp
     """Not MLflow's model-registry message or a driver's traceback: the store rules' own sentence."""
     import sqlite3
 
-    from analysis import predict, report
+    from analysis import report
+    from src import predict
     foreign = tmp_path / "app.db"
     con = sqlite3.connect(foreign)
     con.execute("CREATE TABLE customers (id INTEGER)")

@@ -147,7 +147,7 @@ def test_a_sweep_over_cells_another_sweep_finished_names_their_runs_and_its_anal
     reused = {key.removeprefix("reused."): v for key, v in second[0].data.params.items() if key.startswith("reused.")}
     assert reused == {r.data.tags["config_hash"]: r.info.run_id for r in trials
                       if (r.data.params["draft"], r.data.params["k"]) in {("bigram", "4"), ("int8", "4")}}
-    from analysis.load import connect, load_sweep
+    from analysis.sweep_data import connect, load_sweep
     data = load_sweep(connect(uri), "specsweep", second[0].data.tags["sweep_id"])
     assert sorted(zip(data.trials["draft"], data.trials["k"])) == [("bigram", 4), ("int8", 4)]
     assert set(data.pairs["run_id"]) == set(reused.values())     # their pair timings come along

@@ -1,4 +1,4 @@
-"""make bench-predict (src.bench.predict): the sweep's seed rounds and the probe runs take turns,
+"""make bench-predict (src.bench.predict_rounds): the sweep's seed rounds and the probe runs take turns,
 the validation reads every round's trials as one sweep, and bad input is refused before any work.
 Nothing here reads a clock for its verdict."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from src.bench import predict as bp
+from src.bench import predict_rounds as bp
 from src.engine.errors import SpecsweepError
 from tests.conftest import REPO
 
@@ -58,7 +58,7 @@ def test_the_sweeps_target_and_settings_are_passed_on_the_command_line_winning()
 
 
 def test_a_quoted_prompt_composes_back_to_itself():
-    from analysis.predict import compose
+    from src.predict import compose
     text = "Ham.\nTo be, 'or' not to be, "
     assert compose([f"prompt={bp.quoted(text)}"]).prompt == text
 
@@ -71,11 +71,11 @@ def test_a_quoted_prompt_composes_back_to_itself():
     (["--sweep", "smoke", "--", "--runs", "2"], "error: --runs is set by this tool"),
     (["--sweep", "smoke", "--", "--seqs", "0"], "error: --seqs, --every, --rounds and --runs must be >= 1"),
     (["--sweep", "smoke", "--", "engine=eager"], "error: --validate takes each cell's engine and batch"),
-    (["--seeds", "0"], "error: python -m src.bench.predict: the following arguments are required: --sweep"),
+    (["--seeds", "0"], "error: python -m src.bench.predict_rounds: the following arguments are required: --sweep"),
 ])
 def test_bad_input_is_one_line_and_exit_2_before_any_work(tmp_path, args, says):
     uri = f"sqlite:///{tmp_path}/store/mlflow.db"
-    proc = subprocess.run([sys.executable, "-m", "src.bench.predict", *args], cwd=REPO, capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "src.bench.predict_rounds", *args], cwd=REPO, capture_output=True,
                           text=True, timeout=120, env={**os.environ, "MLFLOW_TRACKING_URI": uri})
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.strip().startswith(says) and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
@@ -90,13 +90,13 @@ def test_rounds_and_probe_runs_take_turns_and_the_validation_reads_every_round(s
     (load_sweeps), not the first round's alone. A third sweep rerunning seed 0 then stands for
     that trial in load_sweeps: its pairs only, the first round's dropped."""
     from analysis.aggregate import pooled_speedup
-    from analysis.load import DEFAULT_EXPERIMENT, connect, load_sweep, load_sweeps
+    from analysis.sweep_data import DEFAULT_EXPERIMENT, connect, load_sweep, load_sweeps
     cache = tmp_path / "cache"
     shutil.copytree(Path(smoke_stores[1][0].removeprefix("sqlite:///")).parent.parent / "cache", cache)
     uri = f"sqlite:///{tmp_path}/store/mlflow.db"
     (tmp_path / "store").mkdir()
     grid = ["draft=bigram", "k=1", f"data.cache_dir={cache}", "timing.cost_reps=2"]
-    proc = subprocess.run([sys.executable, "-m", "src.bench.predict", "--sweep", "smoke", "--seeds", "0,1", *grid,
+    proc = subprocess.run([sys.executable, "-m", "src.bench.predict_rounds", "--sweep", "smoke", "--seeds", "0,1", *grid,
                            f"hydra.sweep.dir={tmp_path}/sweep", "--", "--seqs", "2", "--rounds", "2",
                            "--tracking-uri", uri], cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -1,5 +1,5 @@
 """The policy ceiling bench's arithmetic (src/bench/policy_ceiling.py) and the chains it reads
-(src/engine/acceptance.py `chain_acceptance`): exact on small cases, the oracle against brute
+(src/engine/measuring/acceptance.py `chain_acceptance`): exact on small cases, the oracle against brute
 force, and r's expectation against beta on a real draft."""
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import torch
 
 from src.bench.policy_ceiling import (fixed_rates, greedy_lengths, lengths_rate, oracle_lengths, pass_chars,
                                       pass_cost)
-from src.engine.acceptance import chain_acceptance, sample_text
-from src.engine.policy import AcceptanceMap, CostPolicy
+from src.engine.measuring.acceptance import chain_acceptance, sample_text
+from src.engine.decoding.policy import AcceptanceMap, CostPolicy
 from tests.conftest import compose_cfg, draft_for
 
 

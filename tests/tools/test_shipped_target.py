@@ -1,4 +1,4 @@
-"""The shipped default target (src/engine/weights/): served from git instead of trained, only
+"""The shipped default target (src/engine/models/weights/): served from git instead of trained, only
 when its bytes are its recipe's, its recipe is the default config's, and `make retrain-default`
 (src/bench/retrain.py) retrains and compares."""
 from __future__ import annotations
@@ -12,9 +12,9 @@ import torch
 
 from src.bench import retrain
 from src.bench.retrain import TOLERANCE, ship
-from src.engine import train as train_module
+from src.engine.models import train as train_module
 from src.engine.atomic import file_sha256, sealed
-from src.engine.train import SHIPPED, TrainConfig, cache_key, get_target, recipe, shipped_recipes
+from src.engine.models.train import SHIPPED, TrainConfig, cache_key, get_target, recipe, shipped_recipes
 from src.trial.spec import trial_spec
 
 
@@ -46,7 +46,7 @@ def test_a_shipped_target_is_copied_instead_of_trained(tiny, tmp_path, monkeypat
     data = bytearray(shipped_file.read_bytes())
     data[len(data) // 2] ^= 0xFF            # a shipped file that is not its recipe's bytes is not served
     shipped_file.write_bytes(bytes(data))
-    with caplog.at_level(logging.WARNING, logger="src.engine.train"):
+    with caplog.at_level(logging.WARNING, logger="src.engine.models.train"):
         trained = get("c", weights)
     assert calls == [1, 1] and "fails its checksum" in caplog.text and sealed(trained.path)
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from src.engine.errors import SpecsweepError
-from src.engine.hf_model import load_checkpoint
+from src.engine.huggingface.folder_model import load_checkpoint
 from src.export import main as export_main
 from src.trial.spec import trial_spec
 from src.trial.trial import run_trial
@@ -114,13 +114,12 @@ def test_a_sweep_over_a_tiny_llama_from_a_folder(tiny, tmp_path):
     """The smoke sweep of a model from a folder: a random-weight Llama made here, two drafts x two k
     on joblib workers; the parent publishes the folder's digest (nothing uploaded), each worker
     reads the folder, and every trial records its key."""
-    from src.engine.hf_model import char_tokenizer
-    from src.engine.library import _transformers
+    from src.engine.huggingface.checkpoint import char_tokenizer, offline_transformers
     from tests.conftest import runs_of
-    from tests.engine.test_hf_model import tiny_config
+    from tests.engine.huggingface.test_folder_model import tiny_config
     cfg, _, target = tiny
     folder = tmp_path / "llama"
-    _transformers().AutoModelForCausalLM.from_config(tiny_config("llama", target.tokenizer.vocab_size)).save_pretrained(folder)
+    offline_transformers().AutoModelForCausalLM.from_config(tiny_config("llama", target.tokenizer.vocab_size)).save_pretrained(folder)
     char_tokenizer(target.tokenizer.chars).save_pretrained(folder)
     uri = f"sqlite:///{tmp_path}/store/mlflow.db"
     proc = subprocess.run([sys.executable, "-m", "src.run", "-m", "model=hf", f"model.path={folder}",
@@ -150,7 +149,7 @@ def test_a_draft_model_from_a_folder_drafts_for_a_target_from_a_folder(tiny, exp
 def noisy_export(export_dir, tmp_path_factory):
     """The exported target with Gaussian noise (0.05) on every weight: a draft model from a folder
     that is kept often and not always."""
-    from src.engine.hf_model import char_tokenizer
+    from src.engine.huggingface.checkpoint import char_tokenizer
     model, tok = load_checkpoint(export_dir)
     torch.manual_seed(0)
     with torch.no_grad():
@@ -213,7 +212,7 @@ def test_a_tree_over_a_model_from_a_folder_with_model_drafts(tiny, export_dir, n
 
 def test_a_draft_with_another_tokenizer_is_refused_in_one_line_before_any_work(tiny, export_dir, folder_draft_model,
                                                                               tmp_path):
-    from src.engine.hf_model import char_tokenizer
+    from src.engine.huggingface.checkpoint import char_tokenizer
     cfg, _, target = tiny
     other = tmp_path / "other_tokenizer"
     other.mkdir()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from src.engine.library import LibraryLoop
+from src.engine.huggingface.library_loop import LibraryLoop
 from src.trial.load import build_draft, load_target
 from src.trial.spec import trial_spec
 from src.trial.trial import run_trial
@@ -49,7 +49,7 @@ def test_a_library_trial_logs_the_library_loops_own_counters(tiny, draft):
 def test_policies_map_to_transformers_settings(tiny, policy, schedule, threshold):
     """The assistant's generation config, where transformers reads the draft length and the stop
     rule, holds the trial's k and the policy's schedule and threshold at every run."""
-    from src.trial.library import library_loop
+    from src.trial.library_trial import library_loop
     spec = library_spec(tiny, "draft=int8", f"policy={policy}")
     corpus, target = load_target(spec.target, progress=False)
     loop = library_loop(spec, target.model, build_draft(spec.draft, spec.target, target, corpus))

@@ -2,7 +2,7 @@
 
 Its model is a target of its own (`draft.model`), trained on the same corpus and tokenizer through
 the same code and cache; here the tiny target's config with one layer instead of two (train=quick,
-seconds). Exactness and greedy equality are in tests/engine/test_exactness.py and test_decode.py,
+seconds). Exactness and greedy equality are in tests/engine/decoding/test_exactness.py and test_decode.py,
 which build it from its file like every draft (tests/conftest.py: DRAFT_TEST_OVERRIDES).
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ import dataclasses
 import pytest
 
 from src.engine.errors import SpecsweepError
-from src.engine.tokenizer import CharTokenizer
+from src.engine.models.tokenizer import CharTokenizer
 from src.engine.atomic import file_sha256
 from src.sweep.context import PublishedTarget, SweepContext
 from src.sweep.plan import PlannedJob, prepare_targets

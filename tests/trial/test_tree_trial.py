@@ -47,7 +47,7 @@ def test_tree_trial_logs_its_shape_and_uses_the_tree(tiny):
 def test_analysis_keeps_trees_apart_from_the_chain():
     """A tree trial and a chain trial of the same draft and k are different cells."""
     import pandas as pd
-    from analysis.load import tidy_runs
+    from analysis.sweep_data import tidy_runs
     raw = pd.DataFrame({"run_id": ["a", "b", "c"], "status": ["FINISHED"] * 3,
                         "params.draft": ["bigram"] * 3, "params.k": ["4"] * 3, "params.seed": ["0"] * 3,
                         "params.verify": ["chain", "tree", None], "params.tree_widths": [None, "4-2-2-1", None]})

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from src.engine.errors import SpecsweepError
-from src.engine.timing import WIDTH
+from src.engine.measuring.timing import WIDTH
 from src.trial.spec import trial_spec
 from src.trial.trial import run_trial
 

@@ -9,10 +9,10 @@ import json
 import numpy as np
 import pytest
 
-from src.engine.batch import generate_speculative_batch, stream_generators
+from src.engine.decoding.batch import generate_speculative_batch, stream_generators
 from src.engine.corpus import synthetic_text
 from src.engine.errors import SpecsweepError
-from src.engine.timing import paired_timing, paired_workload_timing
+from src.engine.measuring.timing import paired_timing, paired_workload_timing
 from src.trial.per_category import prompt_bootstrap, total_time_speedup
 from src.trial.load import build_draft
 from src.trial.render import trial_block

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from ..model import Transformer
+from ..models.model import Transformer
 
 
 class Draft:
@@ -24,17 +24,17 @@ class Draft:
     # True for drafts that read the target's last hidden state (heads): only for them does the
     # decode loop ask the target for hidden states and call `observe` after every pass.
     uses_target_hidden: bool = False
-    # True for drafts that can draft for a batch of sequences (`propose_batch`, src/engine/batch.py):
+    # True for drafts that can draft for a batch of sequences (`propose_batch`, src/engine/decoding/batch.py):
     # a draft whose proposal depends only on the committed chars and its uniforms (the table
     # drafts) with the default below, a draft with state per sequence by overriding it
     batched: bool = False
-    # Its counterpart in transformers' loop (engine=transformers, src/engine/library.py): "assistant"
+    # Its counterpart in transformers' loop (engine=transformers, src/engine/huggingface/library_loop.py): "assistant"
     # (a model draft whose `model` is a Transformer, passed as `assistant_model`), "prompt_lookup"
     # (transformers' prompt lookup), or None: no counterpart, refused there before any work.
     library: str | None = None
     # True for a draft that runs in transformers' loop only (prompt_lookup): refused on the tool's engines
     library_only: bool = False
-    # True for a draft that drafts for a model from a folder (model=hf, src/engine/hf_model.py): one that
+    # True for a draft that drafts for a model from a folder (model=hf, src/engine/huggingface/folder_model.py): one that
     # reads only token ids and the target's forward (bigram, the table drafts), or copies the target as
     # any nn.Module (int8_kernels); the others read the tool's own Transformer (its layout, its hidden
     # state) and are refused with model=hf
@@ -62,14 +62,14 @@ class Draft:
         Returns (drafts: k char ids, q: (k, V) float32 tensor or k sequences of V floats: lists, or
         a table draft's `MixtureRow`s, which build the whole row only when iterated): q[i] is the
         distribution drafts[i] was sampled from, at `temperature` (one-hot at 0).
-        stop: a draft-length policy's rule (src/engine/policy.py), called with q(d) of each char
+        stop: a draft-length policy's rule (src/engine/decoding/policy.py), called with q(d) of each char
         d as it is drawn; True ends the proposal after that char (fewer than k chars, and no
         drafting work spent on the rest).
         """
         raise NotImplementedError
 
     def propose_batch(self, seqs: list[list[int]], rows: list[int], k: int, temperature: float, sources: list):
-        """Draft k chars after each of B committed sequences (a batch: src/engine/batch.py).
+        """Draft k chars after each of B committed sequences (a batch: src/engine/decoding/batch.py).
 
         seqs: B lists of committed ids; rows: the rows to draft for (the others are padding, a
         finished sequence: their drafts are any k ids and are never verified); sources: row b's

@@ -28,7 +28,7 @@ from __future__ import annotations
 import torch
 
 from ..sampling import probs_from_logits
-from ..train import all_cores
+from ..models.train import all_cores
 from .table import TableDraft, assemble
 
 BACKOFFS = ("interpolate", "longest")

@@ -37,9 +37,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from ..locks import BUILD_WAIT_S, file_lock
-from ..model import Transformer
+from ..models.model import Transformer
 from ..sampling import probs_from_logits
-from ..train import _read_checkpoint, _windows, all_cores, save_checkpoint, verify_checkpoint
+from ..models.train import all_cores, random_windows, read_checkpoint, save_checkpoint, verify_checkpoint
 from .base import Draft
 
 log = logging.getLogger(__name__)
@@ -90,7 +90,7 @@ def hidden_pool(target: Transformer, train_ids: torch.Tensor, windows: int, gen:
     """The frozen target's hidden rows over `windows` random windows of the training split,
     computed once: (x (W, T) ids, hidden (W, T, d)). The target's logits are hidden @ E^T (its
     unembedding has no bias), so its distributions need not be stored."""
-    x = torch.cat([_windows(train_ids, target.cfg.block_size, min(batch, windows - s), gen)[0]
+    x = torch.cat([random_windows(train_ids, target.cfg.block_size, min(batch, windows - s), gen)[0]
                    for s in range(0, windows, batch)]).to(target.head.weight.device)     # (W, T)
     hid = torch.cat([target(x[s:s + batch], return_hidden=True)[1] for s in range(0, windows, batch)])
     return x, hid
@@ -199,7 +199,7 @@ class HeadsDraft(Draft):
                 save_checkpoint(path, {"target_key": target_key, "settings": self.settings, "train_seconds": secs,
                                        "kl": kl, "state_dict": self.heads.state_dict()})
         verify_checkpoint(path)
-        ckpt = _read_checkpoint(path)
+        ckpt = read_checkpoint(path)
         self.heads.load_state_dict(ckpt["state_dict"])
         log.info("heads loaded from %s", path)
         return float(ckpt["train_seconds"]), list(ckpt["kl"])

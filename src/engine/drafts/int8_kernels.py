@@ -3,13 +3,13 @@ fake-quantized `int8` draft whose matmuls stay float32: does a real kernel make 
 
 Its `propose` (cached, one or two chars per call) and `probs` (a full (B, T) forward) run the
 same int8 model; since every Linear quantizes each row with a fixed scale (see
-src/engine/int8_linear.py), a row's q does not depend on what it is batched with.
+src/engine/models/int8_linear.py), a row's q does not depend on what it is batched with.
 """
 from __future__ import annotations
 
 import torch
 
-from .. import int8_linear
+from ..models import int8_linear
 from .model_draft import ModelDraft
 
 

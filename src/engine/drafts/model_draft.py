@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from ..model import Transformer
+from ..models.model import Transformer
 from ..sampling import draw, draw_rows, probs_from_logits, uniforms
 from .base import Draft
 

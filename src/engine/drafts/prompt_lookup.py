@@ -5,7 +5,7 @@ the text's last n-gram (n from `max_matching_ngram_size` down to 1) that has a c
 where no n-gram recurs: the pass then verifies no draft), and verifies them by sampling the target at every drafted position
 and keeping the drafts up to the first mismatch (exact: a draft d is kept with probability p(d),
 and otherwise the pass emits the target's own sample, which is then not d). It runs under
-engine=transformers only (src/engine/library.py); the tool's own engines refuse it before any work,
+engine=transformers only (src/engine/huggingface/library_loop.py); the tool's own engines refuse it before any work,
 and its n-gram counterpart there is draft=ngram.
 """
 from __future__ import annotations

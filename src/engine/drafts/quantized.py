@@ -1,7 +1,7 @@
 """A fake-quantized copy of the target as the draft (int8 / int4 in the seed)."""
 from __future__ import annotations
 
-from ..quantize import quantized_copy
+from ..models.quantize import quantized_copy
 from .model_draft import ModelDraft
 
 

@@ -212,7 +212,7 @@ class MixtureRow:
         return iter(self.dense())
 
     def __copy__(self) -> "MixtureRow":
-        """The same row with its dense form not built: a replayed run (src/engine/replay.py) builds
+        """The same row with its dense form not built: a replayed run (src/engine/measuring/replay.py) builds
         it again where the acceptance test needs it, as the loop it replays did."""
         out = MixtureRow.__new__(MixtureRow)
         out.parts, out.uniform, out.total, out.size, out._dense = self.parts, self.uniform, self.total, self.size, None
