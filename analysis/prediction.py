@@ -110,6 +110,25 @@ def prediction_table(survival, costs: dict, overheads: Overheads, a: float | Non
     return pd.DataFrame(rows)
 
 
+def category_costs(costs: dict, category: str) -> dict | None:
+    """The settings' costs with each one's sampled sequences narrowed to those of one workload
+    category (`Spread.categories`), its chars per pass re-taken from them: the per-category
+    prediction (the component times and loops are the workload's, measured once). None where the
+    probes do not tell the categories apart (a tree, a batch, a policy, transformers' loop)."""
+    out = {}
+    for label, m in costs.items():
+        spread = m.get("spread")
+        if spread is None or not spread.categories:
+            return None
+        rows = np.array([c == category for c in spread.categories])
+        if not rows.any():
+            return None
+        units = spread.units[rows]
+        out[label] = {**m, "cpp": float(units[:, 0].sum() / units[:, 1].sum()),
+                      "spread": replace(spread, units=units, categories=(category,) * int(rows.sum()))}
+    return out
+
+
 def best_over_settings(costs: dict, overheads: Overheads, level: float = INTERVAL_LEVEL,
                        reps: dict | None = None) -> dict:
     """The best predicted setting and an interval for the best speedup over the settings: the largest

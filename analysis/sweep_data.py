@@ -278,8 +278,10 @@ def prompt_rows(client: MlflowClient, finished: pd.DataFrame) -> pd.DataFrame:
     """Long frame of every finished trial's prompts (its prompts.csv artifact: the workload's prompts,
     their counters and, at batch 1, their times per round), with the trial's cell columns. A trial
     from before workloads (no such artifact) is left out with a warning; an empty frame when none has one."""
+    import os
     import tempfile
     frames, missing = [], 0
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")   # one bar per trial otherwise
     with tempfile.TemporaryDirectory() as tmp:
         for t in finished.itertuples():
             try:

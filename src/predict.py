@@ -138,7 +138,7 @@ import pandas as pd
 import yaml
 
 from analysis.prediction import (INTERVAL_LEVEL, INTERVAL_REPS, NARROW, ape_summary, best_of_table, break_even_beside,
-                                 break_even_table, combine_runs, fitted_overheads, held_out_overheads,
+                                 break_even_table, category_costs, combine_runs, fitted_overheads, held_out_overheads,
                                  prediction_table, probes_after, recommendation, regime_errors, rounds_timing,
                                  setting_label, setting_replicates, without_loops)
 from .engine.measuring.formula import Overheads
@@ -302,6 +302,42 @@ def runs_summary(runs: list[tuple[Measured, Overheads]]) -> tuple[Measured, Over
     return m, o
 
 
+def category_prediction(runs: list[tuple[Measured, Overheads]], category: str):
+    """(table, replicates) of one workload category over R probe runs (`category_costs`), or None
+    where the probes do not tell the categories apart."""
+    tables = []
+    for m, used in runs:
+        costs = category_costs(m.costs, category)
+        if costs is None:
+            return None
+        tables.append(run_table(replace(m, costs=costs), used))
+    return combine_runs(tables)
+
+
+def print_categories(runs: list[tuple[Measured, Overheads]]) -> None:
+    """Per category of a workload of several: each setting's chars per pass and predicted speedup
+    with its interval (the category's sequences resampled), and the best setting per category."""
+    categories = runs[0][0].categories
+    if len(categories) < 2:
+        return
+    rows, best = [], []
+    for category in categories:
+        got = category_prediction(runs, category)
+        if got is None:
+            print("per category: not predicted here (a chain of fixed k in the tool's loop at batch 1 only)")
+            return
+        table, reps = got
+        rows += [{"category": category, "setting": str(r.setting), "cpp": r.cpp, "predicted": r.predicted, "lo": r.lo,
+                  "hi": r.hi} for r in table.itertuples()]
+        best.append({"category": category, **best_of_table(table, reps)})
+        best[-1]["setting"] = str(best[-1]["setting"])
+    print(f"\nper workload category (the chars per pass from that category's sequences, {len(runs[0][0].costs)} "
+          "settings; the costs and loops the workload's):")
+    print(pd.DataFrame(rows).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    print("best predicted setting per category (lo-hi for the best of the settings):")
+    print(pd.DataFrame(best).drop(columns="k").to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+
+
 def print_prediction(name: str, m: Measured, table: pd.DataFrame, o: Overheads, temperature, engine="eager",
                      batch: int = 1, runs: int = 1) -> None:
     print(f"draft {name}  target {m.target_key}  temperature {temperature}  engine {engine}"
@@ -350,8 +386,6 @@ def validate_sweep(args, overrides: list[str], o: Overheads, between=None) -> pd
     if fin.empty:
         raise SpecsweepError(f"sweep {', '.join(ids)} has no finished trial")
     common = [f"temperature={fin['temperature'].iloc[0]}", f"n_chars={int(fin['n_chars'].iloc[0])}"]
-    if "workload" in fin and fin["workload"].nunique() == 1 and fin["workload"].iloc[0] != "single":
-        common.append(f"workload={fin['workload'].iloc[0]}")   # the prompts as its trials had them
     loaded, rows, sources = None, [], set()   # where each cell's loop overheads came from
     best = []                                 # per cell label: the best predicted setting (the break-even)
     if args.hold_out:   # each cell's overheads from the fit sweep's other drafts in other regimes
@@ -363,7 +397,8 @@ def validate_sweep(args, overrides: list[str], o: Overheads, between=None) -> pd
         cell = g.iloc[0]                           # the cell's columns (sweep_data.CELL_PARTS)
         draft, shape = cell["draft_name"], cell["tree"]
         extra = ["verify=tree", f"verify.widths=[{shape.replace('-', ',')}]"] if shape else []
-        extra += [f"engine={cell['engine']}", f"batch={int(cell['batch'])}", f"policy={cell['policy']}"]
+        extra += [f"engine={cell['engine']}", f"batch={int(cell['batch'])}", f"policy={cell['policy']}",
+                  f"workload={cell['workload']}"]   # the prompts as its trials had them (a file's path: an override)
         extra += [f"draft.{o.partition('=')[0]}={'null' if o.partition('=')[2] == 'None' else o.partition('=')[2]}"
                   for o in cell["draft_options"].split(",") if o]   # the options the sweep varied
         cfg = compose([f"draft={draft}", *common, *overrides, *extra])
@@ -413,6 +448,7 @@ def validate_sweep(args, overrides: list[str], o: Overheads, between=None) -> pd
                          "predicted": r.predicted, "pred lo": r.lo, "pred hi": r.hi, "measured": m_med,
                          "meas lo": m_lo, "meas hi": m_hi, "ape %": abs(r.predicted - m_med) / m_med * 100})
     cells = pd.DataFrame(rows)
+    per_category = category_errors(plan, done, data, args)
     print(f"\nsweep {', '.join(ids)} ({data.sweep.name}): predicted vs measured (pooled median), "
           f"loop overheads: {'; '.join(sorted(sources))}")
     if len(rounds) > 1:
@@ -425,12 +461,63 @@ def validate_sweep(args, overrides: list[str], o: Overheads, between=None) -> pd
     print(ape_summary(cells, PAPER_DRAFTS).to_string(index=False, float_format=lambda v: f"{v:.1f}"))
     print(f"\nper regime (narrow: cells whose measured interval is under {NARROW:.0%} of their median wide)")
     print(regime_errors(cells).to_string(index=False, float_format=lambda v: f"{v:.1f}"))
+    if not per_category.empty:
+        print("\nper workload category: predicted (the category's sequences) vs measured (total baseline time over "
+              "total speculative time of its prompts in every seed; the report's workload tables)")
+        print(per_category.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+        summary = per_category.groupby(["workload", "category"], sort=False)["ape %"].agg(["median", "max", "count"])
+        print("\nAPE % per category (median, max over the cells and k)")
+        print(summary.rename(columns={"count": "cells x k"}).reset_index().to_string(
+            index=False, float_format=lambda v: f"{v:.1f}"))
     if cells["batch"].nunique() > 1:
         table = break_even_beside(pd.DataFrame(best), cells, data.pairs, configured_level(fin))
         print("\nbreak-even batch per draft and engine, predicted (its interval's ends) beside measured (the "
               "report's range: each B's seed-bootstrap interval for the best of its k)")
         print(table[[c for c in table.columns if not c.startswith("_")]].to_string(index=False))
     return cells
+
+
+def category_errors(plan, done, data, args) -> pd.DataFrame:
+    """Per validated cell of a workload of several categories, per k and category: the category's
+    prediction beside its measured speedup (analysis/workloads.py's category frame of the trials'
+    prompts.csv) and the APE. Empty where no cell has several categories."""
+    from analysis.aggregate import configured_level
+    from analysis.sweep_data import connect, prompt_rows
+    from analysis.workloads import category_frame
+    wanted = [(label, cell, runs) for (label, _, cell, *_), runs in zip(plan, done) if len(runs[0][0].categories) > 1]
+    if not wanted:
+        return pd.DataFrame()
+    fin = data.finished
+    frame = category_frame(prompt_rows(connect(args.uri), fin[fin["draft"].isin([w[0] for w in wanted])]),
+                           configured_level(fin))
+    if frame.empty:
+        return pd.DataFrame()
+    rows = []
+    for label, cell, runs in wanted:
+        free = cell_labels_less_workload(fin[fin["draft"] == label])
+        for category in runs[0][0].categories:
+            got = category_prediction(runs, category)
+            if got is None:
+                continue
+            table, _ = got
+            for r in table.itertuples():
+                meas = frame[(frame["cell"] == free) & (frame["k"] == r.k) & (frame["category"] == category)
+                             & (frame["workload"] == cell["workload"])]
+                m = meas.iloc[0] if len(meas) else None
+                rows.append({"draft": label, "workload": cell["workload"], "category": category, "k": r.k,
+                             "cpp": r.cpp, "cpp measured": np.nan if m is None else m["chars per pass"],
+                             "predicted": r.predicted, "pred lo": r.lo, "pred hi": r.hi,
+                             "measured": np.nan if m is None else m["speedup"],
+                             "meas lo": np.nan if m is None else m["lo"], "meas hi": np.nan if m is None else m["hi"]})
+    out = pd.DataFrame(rows)
+    if not out.empty:
+        out["ape %"] = (out["predicted"] - out["measured"]).abs() / out["measured"] * 100
+    return out
+
+
+def cell_labels_less_workload(g: pd.DataFrame) -> str:
+    from analysis.sweep_data import cell_labels
+    return cell_labels(g.iloc[:1], leave_out=("workload",)).iloc[0]
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -514,6 +601,7 @@ def predict_regimes(args, overrides: list[str], ks: list[int], engines: list[str
             table, reps = combine_runs([run_table(m, used, None if shapes else m.a) for m, used in done[i]])
             m, used = runs_summary(done[i])
             print_prediction(cfg.draft.name, m, table, used, cfg.temperature, cfg.engine.name, cfg.batch, runs)
+            print_categories(done[i])
             best.append({"engine": cfg.engine.name, "batch": int(cfg.batch), **best_of_table(table, reps)})
     best = pd.DataFrame(best)
     if len(best) > 1:

@@ -32,6 +32,7 @@ class Spread:
     rounds: dict
     replays: tuple = ()
     draft_scale: float = 1.0
+    categories: tuple = ()    # a chain's units: the workload category of each sequence's prompt
 
 
 def probe_seed(seed: int, seqs: int, run: int) -> int:
@@ -48,6 +49,7 @@ class Measured:
     costs: dict               # label -> component times (us), cpp and drafted chars (nodes) per pass
     seconds: float
     overheads: Overheads | None = None   # measured with the costs (engine=transformers), else None
+    categories: tuple = ()    # the workload's categories, in order, where the chains' sequences tell them apart
 
 
 def measure_probes(chosen: dict, shapes, seqs: int, every: int, seed: int, loaded=None, rounds: int = 15) -> Measured:
@@ -73,26 +75,30 @@ def measure_probes(chosen: dict, shapes, seqs: int, every: int, seed: int, loade
                     first.target.data.cache_dir / "compiled")     # predicted on the engine the trials run on
     model = engine.wrap(target.model)
     engine.wrap_draft(draft)
-    prompt = target.tokenizer.encode(first.prompt).tolist()
-    T, n = first.temperature, first.n_chars
+    from .trial import trial_prompts
+    workload = trial_prompts(first, corpus)        # a chain's sequences go round its prompts; the rest: its first
+    ids = [target.tokenizer.encode(w.text).tolist() for w in workload]
+    prompt, T, n = ids[0], first.temperature, workload[0].n_chars
     seq, p = sample_text(target.model, prompt, seqs, n, seed, T)   # untimed: eager, not a batch-of-seqs graph
     a = float("nan") if draft.library_only else mean_overlap(draft, seq, p, T)   # prompt lookup: no q of its own
     survival, trees, chains, units = np.zeros(0), {}, {}, {}
     if first.engine.name == "transformers":
-        return measure_library(chosen, target, draft, prompt, a, seqs, seed, rounds, t0)
+        return measure_library(chosen, target, draft, prompt, a, seqs, seed, rounds, t0, n)
     if first.batch > 1:
         return measure_batch(chosen, model, draft, corpus, target, seq, a, seqs, seed, rounds, t0)
     if first.policy.name != "fixed":
-        return measure_policy(chosen, model, draft, target, prompt, seq, a, seqs, seed, rounds, t0)
+        return measure_policy(chosen, model, draft, target, prompt, seq, a, seqs, seed, rounds, t0, n)
     if shapes:
         for label, c in chosen.items():
             rows = tree_chars_rows(model, draft, seq, n, c.tree, T, seed, every)
             units[label] = np.array([(chars, trees_, nodes) for chars, nodes, trees_ in rows], dtype=float)
             count = units[label][:, 1].sum()
             trees[label] = (units[label][:, 0].sum() / count, units[label][:, 2].sum() / count)
-    else:  # each k at the loop's own pass starts: seqs generations of n_chars, one seed each
+    else:  # each k at the loop's own pass starts: seqs generations, one seed each, going round the workload's prompts
+        order = [j % len(ids) for j in range(seqs)]
         for label, c in chosen.items():
-            runs = [loop_survival(model, draft, prompt, n, c.k, T, [s]) for s in range(seed, seed + seqs)]
+            runs = [loop_survival(model, draft, ids[i], workload[i].n_chars, c.k, T, [s])
+                    for i, s in zip(order, range(seed, seed + seqs))]
             totals = [surv.numpy() * passes for surv, passes, _ in runs]       # survival summed over passes
             passes = sum(p for _, p, _ in runs)
             chains[label] = sum(totals) / passes
@@ -125,9 +131,11 @@ def measure_probes(chosen: dict, shapes, seqs: int, every: int, seed: int, loade
                 replays = tuple(replay_draft_costs(draft, seq, n, m["cpp"], one_pass, before=after_verify))
                 m["draft_char_us_warm"] = m["draft_char_us"]
                 m["draft_char_us"] = float(np.median(replays))
-            m["spread"] = Spread(units[label], m.pop("rounds_us"), replays)
+            kinds = () if shapes else tuple(workload[i].category for i in order)
+            m["spread"] = Spread(units[label], m.pop("rounds_us"), replays, categories=kinds)
             costs[label] = m
-    return Measured(target.key, a, survival, costs, time.perf_counter() - t0)
+    categories = () if shapes else tuple(dict.fromkeys(w.category for w in workload))
+    return Measured(target.key, a, survival, costs, time.perf_counter() - t0, categories=categories)
 
 
 MEASURED_LOOPS = ("measured per setting with its components (o_base: the baseline loop's step beyond its one-char "
@@ -189,12 +197,13 @@ def batch_loop_probes(model, draft, prompts: list[list[int]], n: int, k: int, te
 
 
 def measure_policy(chosen: dict, model, draft, target, prompt: list[int], seq, a: float, seqs: int, seed: int,
-                   rounds: int, t0: float) -> Measured:
+                   rounds: int, t0: float, n: int) -> Measured:
     """`measure_probes` under an adaptive draft-length policy (k its cap). Chars per pass and the
     drafted-length distribution: the loop's counters under the policy (seqs generations, seeds
     seed.., nothing timed). Costs: `measure_cost` with that distribution, so tv is the expected
     verify pass of the loop's passes; the drafted chars per pass (`nodes`) are their mean. A
-    table draft's per-char time is its cold cost along the sampled text, as for a fixed k."""
+    table draft's per-char time is its cold cost along the sampled text, as for a fixed k. prompt,
+    n: the workload's first prompt and its length."""
     import time
     from collections import Counter
 
@@ -204,7 +213,7 @@ def measure_policy(chosen: dict, model, draft, target, prompt: list[int], seq, a
     from .timing_lock import timing_lock
     from .policies import build_policy
     first = next(iter(chosen.values()))
-    T, n = first.temperature, first.n_chars
+    T = first.temperature
     costs, gen = {}, torch.Generator().manual_seed(seed)
     for label, c in chosen.items():
         def baseline(c=c):
@@ -288,13 +297,14 @@ def measure_batch(chosen: dict, model, draft, corpus, target, seq, a: float, seq
 
 
 def measure_library(chosen: dict, target, draft, prompt: list[int], a: float, seqs: int, seed: int, rounds: int,
-                    t0: float) -> Measured:
+                    t0: float, n: int) -> Measured:
     """`measure_probes` on transformers' loop (engine=transformers). Chars per pass and the drafted length
     per pass: the library loop's own counters (seqs runs of `generate`, seeds seed.., nothing timed).
     Costs: `library_cost` with the drafted-length shares and the library's plain `generate` as the
     base loop. Its loop overheads are measured, not fitted: o_base = the plain loop's step beyond its
     one-char pass, and o_pass is taken equal to it (each speculative pass pays the framework's step
-    once; gamma 0: the assistant's own generate per proposal is inside td)."""
+    once; gamma 0: the assistant's own generate per proposal is inside td). prompt, n: the workload's
+    first prompt and its length."""
     import time
     from collections import Counter
 
@@ -302,7 +312,6 @@ def measure_library(chosen: dict, target, draft, prompt: list[int], a: float, se
     from .library_trial import library_loop
     from .timing_lock import timing_lock
     first = next(iter(chosen.values()))
-    n = first.n_chars
     costs, o_base = {}, []
     for label, c in chosen.items():
         loop = library_loop(c, target.model, draft)

@@ -139,3 +139,47 @@ def test_validate_probe_runs_go_run_by_run_over_every_cell(smoke_stores, monkeyp
     assert calls == [(d, "eager", 1, seed) for seed in (0, 2, 4) for d in ("bigram", "int4", "int8")]
     np.testing.assert_allclose(cells["predicted"], 3 * 100 / (120 + cells["k"] * 10.0), rtol=1e-12)
     assert (cells["pred lo"] <= 3 * 100 / (120 + cells["k"] * 40.0) + 1e-12).all()
+
+
+def test_predict_per_category_goes_round_the_workloads_prompts(tiny, tmp_path, capsys):
+    """A workload of two categories: the chain's sequences go round its prompts (seed s on prompt
+    s mod 2), each category's chars per pass is that of its own sequences (equal to the loop's own
+    survival run on them), and each category gets its predicted table and best setting."""
+    import json
+    from analysis.prediction import category_costs
+    from src.engine.measuring.acceptance import loop_survival
+    from src.predict import compose, measure, print_categories
+    from src.trial.load import build_draft
+    from src.trial.spec import trial_spec
+    cfg, corpus, target = tiny
+    path = tmp_path / "two.jsonl"
+    path.write_text(json.dumps({"prompt": "the cat ", "category": "a", "n_chars": 40}) + "\n"
+                    + json.dumps({"prompt": "The dog ran ", "category": "b", "n_chars": 30}) + "\n")
+    overrides = ["model=tiny", "train=quick", f"data.path={cfg.data.path}", f"data.cache_dir={cfg.data.cache_dir}",
+                 "timing.cost_reps=2", "timing.cost_width=null", "draft=bigram", "workload=file",
+                 f"workload.path={path}"]
+    composed = compose(overrides)
+    m = measure(composed, [2], None, 4, 16, 0, (corpus, target), 3)
+    assert m.categories == ("a", "b") and m.costs[2]["spread"].categories == ("a", "b", "a", "b")
+    draft = build_draft(trial_spec(composed).draft, trial_spec(composed).target, target, corpus)
+    for category, prompt, n, seeds in (("a", "the cat ", 40, (0, 2)), ("b", "The dog ran ", 30, (1, 3))):
+        ids = target.tokenizer.encode(prompt).tolist()
+        runs = [loop_survival(target.model, draft, ids, n, 2, 1.0, [s]) for s in seeds]
+        passes = sum(p for _, p, _ in runs)
+        chars = passes + sum(float((surv * p).sum()) for surv, p, _ in runs)
+        assert category_costs(m.costs, category)[2]["cpp"] == pytest.approx(chars / passes)
+    print_categories([(m, Overheads())])
+    out = capsys.readouterr().out
+    assert "per workload category" in out and "best predicted setting per category" in out
+    assert [line.split()[0] for line in out.split("per workload category")[1].splitlines()[2:4]] == ["a", "b"]
+
+
+def test_category_costs_keep_one_categorys_sequences():
+    from analysis.prediction import category_costs
+    from src.trial.probes import Spread
+    units = np.array([(10.0, 4.0, 8.0), (20.0, 5.0, 10.0), (30.0, 10.0, 20.0)])
+    costs = {2: {"k": 2, "cpp": 60 / 19, "spread": Spread(units, {}, categories=("x", "y", "x"))}}
+    x = category_costs(costs, "x")[2]
+    assert x["cpp"] == pytest.approx(40 / 14) and x["spread"].units.tolist() == [[10, 4, 8], [30, 10, 20]]
+    assert category_costs(costs, "z") is None
+    assert category_costs({2: {"k": 2, "cpp": 3.0, "spread": Spread(units, {})}}, "x") is None   # no categories told
