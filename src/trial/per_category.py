@@ -12,7 +12,7 @@ each timing round (src/engine/measuring/timing.py: paired_workload_timing). From
   two-stage bootstrap (`prompt_bootstrap`): the category's prompts drawn with replacement, then
   each drawn prompt's rounds, widened for few prompts; so it holds the spread over prompts as well
   as the timing noise
-  (one trial has one seed: the spread over seeds is the analysis's, analysis/per_category.py);
+  (one trial has one seed: the spread over seeds is the analysis's, analysis/workloads.py);
 - for the whole workload the same total-time speedup and interval (`speedup_prompts`, prompts
   drawn within their categories), beside the trial's usual `speedup_median` (the median over
   rounds of a round's total time ratio, its interval the timing noise alone).

@@ -245,3 +245,64 @@ def test_a_vocabulary_above_max_vocab_is_refused_for_the_distilled_table_only(ti
         check_inputs(trial_spec(folder_cfg(tiny, export_dir, *draft, "data.max_vocab=10")))
     with pytest.raises(SpecsweepError, match="ngram order 11 is too long for a vocabulary of 38 tokens"):
         check_inputs(trial_spec(folder_cfg(tiny, export_dir, "draft=ngram", "draft.order=11")))
+
+
+def test_a_workload_on_an_exported_target_gives_the_built_in_models_counters(tiny, export_dir):
+    """A two-category workload of validation windows: on the exported checkpoint the same counters per
+    prompt as on the built-in model (its char tokenizer: a token is a char)."""
+    cfg, _, _ = tiny
+    workload = ["workload=validation", "workload.per_category=2", "workload.prompt_chars=24", "workload.n_chars=20"]
+    built_in = run_trial(trial_spec(compose_cfg(cfg.data.path, cfg.data.cache_dir, "draft=bigram", "k=2", *workload)),
+                         progress=False)
+    folder = run_trial(trial_spec(folder_cfg(tiny, export_dir, "draft=bigram", "k=2", *workload)), progress=False)
+    assert len(folder.prompts) == len(built_in.prompts) >= 2
+    assert [(p["category"], p["target_passes"], p["accepted"]) for p in folder.prompts] == \
+        [(p["category"], p["target_passes"], p["accepted"]) for p in built_in.prompts]
+
+
+@pytest.fixture(scope="module")
+def subword_folder(tiny, tmp_path_factory):
+    """A random-weight Llama with a subword tokenizer (byte-level BPE of 400 tokens trained here on the corpus), a
+    48-token window: a prompt's tokens are fewer than its chars."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from src.engine.huggingface.checkpoint import offline_transformers
+    from tests.engine.huggingface.test_folder_model import tiny_config
+    cfg, corpus, _ = tiny
+    t = offline_transformers()
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.train_from_iterator([corpus.text[:20_000]], trainers.BpeTrainer(
+        vocab_size=400, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+    folder = tmp_path_factory.mktemp("subword")
+    wrapped = t.PreTrainedTokenizerFast(tokenizer_object=tok)
+    wrapped.save_pretrained(folder)
+    config = tiny_config("llama", len(wrapped))
+    config.max_position_embeddings = 48
+    t.AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    return folder
+
+
+def test_a_workload_on_a_subword_model_counts_tokens(tiny, subword_folder, tmp_path):
+    """model=hf counts a workload in tokens: a 60-char prompt that is fewer than 30 tokens runs in a
+    48-token window (n_chars 12 tokens), each prompt generating its n_chars tokens; a prompt past the
+    window in tokens is refused in one line that says tokens, before any work."""
+    import json
+    from src.trial.checks import check_inputs
+    prompt = "the cat sat on the mat and the dog ran to the big red hats. "
+    assert len(prompt) == 60
+    fits = tmp_path / "fits.jsonl"
+    fits.write_text(json.dumps({"prompt": prompt, "category": "a"}) + "\n"
+                    + json.dumps({"prompt": "the dog ", "category": "b", "n_chars": 8}) + "\n")
+    spec = trial_spec(folder_cfg(tiny, subword_folder, "draft=bigram", "k=2", "n_chars=12", "workload=file",
+                                 f"workload.path={fits}"))
+    r = run_trial(spec, progress=False)
+    assert [p["n_chars"] for p in r.prompts] == [12, 8] and r.metrics["baseline_passes"] == 20
+    assert r.metrics["target_passes"] == r.metrics["target_passes.a"] + r.metrics["target_passes.b"]
+    long = tmp_path / "long.jsonl"
+    long.write_text(json.dumps({"prompt": prompt * 3, "category": "a"}) + "\n")
+    spec = trial_spec(folder_cfg(tiny, subword_folder, "draft=bigram", "k=2", "n_chars=12", "workload=file",
+                                 f"workload.path={long}"))
+    with pytest.raises(SpecsweepError, match=r"the longest prompt \(line 1 of long.jsonl\) \(\d+ tokens\) \+ "
+                                             r"n_chars \(12\) \+ k \(2\) = \d+ tokens exceeds the model's context "
+                                             r"window of 48"):
+        check_inputs(spec)

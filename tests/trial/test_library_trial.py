@@ -58,3 +58,23 @@ def test_policies_map_to_transformers_settings(tiny, policy, schedule, threshold
     gc = loop.assistant.generation_config
     assert (gc.num_assistant_tokens, gc.num_assistant_tokens_schedule) == (K, schedule)
     assert gc.assistant_confidence_threshold == threshold
+
+
+def test_a_library_trial_runs_a_workload_prompt_by_prompt(tiny, tmp_path):
+    """Two prompts of two categories through transformers' loop: each prompt's counters are the
+    library loop's own on that prompt (its own length), pooled into the trial's and its categories'."""
+    import json
+    path = tmp_path / "two.jsonl"
+    path.write_text(json.dumps({"prompt": "the cat ", "category": "a", "n_chars": 30}) + "\n"
+                    + json.dumps({"prompt": "The dog ran ", "category": "b", "n_chars": 20}) + "\n")
+    spec = library_spec(tiny, "draft=prompt_lookup", "workload=file", f"workload.path={path}")
+    result = run_trial(spec, progress=False)
+    corpus, target = load_target(spec.target, progress=False)
+    d = build_draft(spec.draft, spec.target, target, corpus)
+    loop = LibraryLoop(target.model, K, 1.0, lookup_ngram=d.max_matching_ngram_size)
+    gs = [loop.counted(loop.speculative, target.tokenizer.encode(p).tolist(), n, spec.seed)
+          for p, n in (("the cat ", 30), ("The dog ran ", 20))]
+    assert [(p["target_passes"], p["accepted"]) for p in result.prompts] == [(g.target_passes, g.accepted) for g in gs]
+    m = result.metrics
+    assert m["target_passes"] == sum(g.target_passes for g in gs) == m["target_passes.a"] + m["target_passes.b"]
+    assert m["library_baseline_passes"] == m["baseline_passes"] == 50 and len(result.timing.prompt_baseline_s) == 2

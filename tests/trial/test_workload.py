@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from src.engine.decoding.batch import generate_speculative_batch, stream_generators
-from src.engine.corpus import synthetic_text
+from src.engine.models.corpus import synthetic_text
 from src.engine.errors import SpecsweepError
 from src.engine.measuring.timing import paired_timing, paired_workload_timing
 from src.trial.per_category import prompt_bootstrap, total_time_speedup
@@ -280,3 +280,19 @@ def test_a_batch_runs_the_workload_as_its_rows(tiny, tmp_path):
                                         stream_generators(0, 2, first=2))
     assert [s["passes"] for s in r.sequences[2:]] == second.passes
     assert "speedup.a" not in r.metrics and r.metrics["prompts.a"] == 2   # a batch mixes categories: no speedup each
+
+
+@pytest.mark.parametrize("shape", [["verify=tree", "verify.widths=[2,1]", "k=2"], ["policy=heuristic", "k=4"]])
+def test_trees_and_policies_run_a_workload_prompt_by_prompt(tiny, tmp_path, shape):
+    """A tree and an adaptive policy over two prompts: each prompt's counters are its own trial's."""
+    cfg, corpus, target = tiny
+    rows = [{"prompt": "the cat ", "category": "a", "n_chars": 30}, {"prompt": "The dog ran ", "category": "b"}]
+    path = write_lines(tmp_path / "two.jsonl", *rows)
+    r = run_trial(spec_of(cfg, "draft=bigram", *shape, "workload=file", f"workload.path={path}"), progress=False,
+                  loaded=(corpus, target))
+    alone = [run_trial(spec_of(cfg, "draft=bigram", *shape, f"prompt='{row['prompt']}'",
+                               f"n_chars={row.get('n_chars', 64)}"), progress=False, loaded=(corpus, target)).metrics
+             for row in rows]
+    assert [(p["target_passes"], p["proposed"], p["accepted"]) for p in r.prompts] == \
+        [(a["target_passes"], a["proposed"], a["accepted"]) for a in alone]
+    assert r.metrics["proposed"] == sum(a["proposed"] for a in alone)
