@@ -5,8 +5,10 @@ drafts) and in the timing lock's folder; then `check_corpus(spec)` reads the cor
 the default one on first use, as a trial would) and refuses, in one sentence, one that cannot
 serve the trial: a vocabulary of one char or of more than `data.max_vocab`, a prompt with chars
 the corpus lacks, a training or validation split shorter than the context window of the target
-(or of a model draft's own model) plus one; then a tree or a batch too large for the memory
-available (`check_memory`); last, a cached checkpoint the trial would load that
+(or of a model draft's own model) plus one; a model from a folder (the target, a draft's model)
+is loaded as the trial will load it (its weights read, its prefix test passed) and the target's
+tokenizer must encode the whole corpus (`check_folder_models`); then a tree or a batch too large
+for the memory available (`check_memory`); last, a cached checkpoint the trial would load that
 fails its checksum is refused (`check_cached_checkpoints`). The sweep's parent runs it for every
 trial of its plan, and a single run before its own; both before the store is touched or a
 target trained.
@@ -20,7 +22,7 @@ from pathlib import Path
 from ..engine.errors import SpecsweepError
 from ..engine.locks import check_creatable
 from ..engine.train import corpus_tokenizer, target_location, verify_checkpoint
-from .load import load_corpus_of
+from .load import load_corpus_of, load_folder_target, train_ids_of
 from .spec import TargetSpec, TrialSpec, draft_class, is_folder_model
 
 
@@ -34,7 +36,9 @@ def check_inputs(spec: TrialSpec) -> Corpus:
         check_folder_draft(spec, corpus)
     if is_folder_model(spec.target.model):
         check_folder_prompt(spec)
+        check_folder_models(spec, corpus)
         return corpus
+    check_folder_models(spec, corpus)   # a draft's model from a folder
     check_memory(spec, len(corpus_tokenizer(corpus).chars))
     check_cached_checkpoints(spec, corpus)
     return corpus
@@ -89,6 +93,37 @@ def check_folder_prompt(spec: TrialSpec) -> None:
     if need > spec.target.model["block_size"]:
         raise SpecsweepError(f"prompt ({n} tokens) + n_chars ({spec.n_chars}) + k ({spec.k}) = {need} tokens exceeds "
                              f"the model's context window of {spec.target.model['block_size']}")
+
+
+def check_folder_models(spec: TrialSpec, corpus: Corpus) -> None:
+    """Each model from a folder the trial reads (its target, a draft's model) is loaded now, as the
+    trial will load it (`load_folder_target`: its weights read, the prefix test of a causal LM
+    passed), and a target's tokenizer encodes the whole corpus: the training split's ids are kept
+    for the trial (`train_ids_of`), the validation split is encoded once here."""
+    for target in (spec.target, spec.draft.model):
+        if target is not None and is_folder_model(target.model):
+            loaded = load_folder_target(target)
+            if target is spec.target:
+                check_corpus_tokens(spec, loaded, corpus)
+
+
+def check_corpus_tokens(spec: TrialSpec, target, corpus: Corpus) -> None:
+    """The corpus through the target's tokenizer (training split, then validation); a char it
+    cannot encode is named in one line."""
+    try:
+        train_ids_of(spec.target, target, corpus)
+        target.tokenizer.encode(corpus.split(spec.target.train.val_fraction)[1])
+    except SpecsweepError:
+        bad = []
+        for c in sorted(set(corpus.text)):
+            try:
+                target.tokenizer.encode(c)
+            except SpecsweepError:
+                bad.append(c)
+        data = spec.target.data
+        raise SpecsweepError(f"corpus {data.path or data.source}: the checkpoint's tokenizer cannot encode it "
+                             f"({len(bad)} char(s) it has no token for: {''.join(bad[:10])!r}): use a corpus of the "
+                             "tokenizer's chars (data.path=FILE) or a checkpoint whose tokenizer has them") from None
 
 
 def available_memory() -> int | None:

@@ -418,3 +418,86 @@ def test_the_sparse_bigram_is_the_dense_one_and_a_subword_vocabulary_needs_no_ta
     assert big.sparse and big.describe()["table_bytes"] < 10 * 2 ** 20          # not the 10 GB of V x V
     row = big.next_probs([123], 1.0)
     assert len(row) == 50257 and abs(sum(row) - 1) < 1e-4
+
+
+def save_folder(folder, model, chars):
+    """`model` (random weights) and a char tokenizer of `chars`, as save_pretrained writes them."""
+    model.save_pretrained(folder)
+    char_tokenizer(chars).save_pretrained(folder)
+    return folder
+
+
+def encoders(tmp_path, chars):
+    """name -> folder of a tiny checkpoint that is not a causal LM, and two that are (BERT as a
+    decoder, a causal XLM): random weights at the architectures' own initial scale."""
+    t = _transformers()
+    torch.manual_seed(0)
+    bert = dict(vocab_size=len(chars), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                intermediate_size=64, max_position_embeddings=96)
+    xlm = dict(vocab_size=len(chars), emb_dim=32, n_layers=2, n_heads=4, max_position_embeddings=96, is_decoder=True)
+    models = {"bert_mlm": t.BertForMaskedLM(t.BertConfig(**bert)),              # an encoder, saved as one
+              "bert_encoder": t.BertLMHeadModel(t.BertConfig(**bert)),          # bert's causal class, is_decoder false
+              "xlm_bidirectional": t.XLMWithLMHeadModel(t.XLMConfig(causal=False, **xlm)),   # says is_decoder, attends both ways
+              "bert_decoder": t.BertLMHeadModel(t.BertConfig(is_decoder=True, **bert)),
+              "xlm_causal": t.XLMWithLMHeadModel(t.XLMConfig(causal=True, **xlm))}
+    return {name: save_folder(tmp_path / name, m, chars) for name, m in models.items()}
+
+
+def test_a_model_that_is_not_a_causal_lm_is_refused_by_its_config_or_its_prefix_test(tiny, tmp_path, checkpoints):
+    """A folder is measured only if its config says it decodes causally (an encoder saved as
+    BertForMaskedLM, a bert whose config does not say is_decoder: true: refused before any weight
+    is read) and the loaded model passes the prefix test: its logits at earlier positions stay
+    within PREFIX_RTOL of their scale when tokens are appended (an XLM with causal=false says
+    is_decoder but attends both ways: refused when loaded). BERT as a decoder, a causal XLM and
+    the GPT-2, Llama and Qwen2 checkpoints load, their prefix change at rounding level."""
+    from src.engine.hf_model import PREFIX_RTOL, check_folder, prefix_change
+    _, _, target = tiny
+    folders = encoders(tmp_path, target.tokenizer.chars)
+    for name, message in (("bert_mlm", "saved as BertForMaskedLM, not a causal LM"),
+                          ("bert_encoder", "decodes causally only as a decoder, and its config does not say "
+                                           "is_decoder: true")):
+        with pytest.raises(SpecsweepError, match=message):
+            check_folder(folders[name])                     # the config alone: before any weight is read
+    check_folder(folders["xlm_bidirectional"])              # its config says is_decoder ...
+    with pytest.raises(SpecsweepError, match=r"not a causal LM: appending tokens moves the logits at earlier "
+                                             r"positions by [0-9.]+e-0[0-3] of their scale"):
+        load_checkpoint(folders["xlm_bidirectional"])       # ... its prefix test says otherwise
+    for folder in (folders["bert_decoder"], folders["xlm_causal"], *checkpoints.values()):
+        model, tok = load_checkpoint(folder)
+        assert prefix_change(model.hf, tok.vocab_size, model.cfg.block_size) < PREFIX_RTOL / 10, folder.name
+
+
+def test_an_unreadable_checkpoint_folder_or_file_is_refused_in_one_line(checkpoints, tmp_path, monkeypatch):
+    """A folder without read permission, or a weights file in it, is refused before anything is
+    loaded (PermissionError, not a traceback). Root reads any file whatever its mode: there the
+    denial is simulated where the check asks (os.access for the folder, open for the file); as
+    another user the modes are set for real too."""
+    import builtins
+    import os
+    import shutil
+    from src.engine import hf_model
+    folder = tmp_path / "llama"
+    shutil.copytree(checkpoints["llama"], folder)
+    weights = folder / "model.safetensors"
+    real_access, real_open = os.access, builtins.open
+    monkeypatch.setattr(hf_model.os, "access", lambda p, mode: False if str(p) == str(folder) else real_access(p, mode))
+    with pytest.raises(SpecsweepError, match="cannot be read \\(permission denied\\)"):
+        load_checkpoint(folder)
+    monkeypatch.setattr(hf_model.os, "access", real_access)
+
+    def denied(path, *args, **kwargs):
+        if str(path) == str(weights):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, *args, **kwargs)
+    monkeypatch.setattr(builtins, "open", denied)
+    with pytest.raises(SpecsweepError, match="model.safetensors cannot be read \\(Permission denied\\)"):
+        load_checkpoint(folder)
+    monkeypatch.setattr(builtins, "open", real_open)
+    if os.geteuid() != 0:
+        for path, message in ((weights, "model.safetensors cannot be read"), (folder, "permission denied")):
+            path.chmod(0)
+            try:
+                with pytest.raises(SpecsweepError, match=message):
+                    load_checkpoint(folder)
+            finally:
+                path.chmod(0o700 if path.is_dir() else 0o600)

@@ -92,12 +92,45 @@ def test_the_command_line_refuses_bad_folder_input_in_one_line_before_any_work(t
     cases = [([f"model.path={tmp_path}/nosuch"], "does not exist"),
              ([f"model.path={t5}"], "'t5' is not a causal LM"),
              ([f"model.path={export_dir}", "prompt='the cat \u2603'"], "cannot encode")]
+    cases += damaged_folders(tiny, export_dir, tmp_path)
     for extra, message in cases:
-        proc = subprocess.run(base + extra, cwd=REPO, capture_output=True, text=True, timeout=300)
+        flags = [a for a in extra if a == "-m"]                            # -m before the overrides
+        proc = subprocess.run(base[:3] + flags + base[3:] + [a for a in extra if a != "-m"], cwd=REPO,
+                              capture_output=True, text=True, timeout=300)
         lines = [line for line in proc.stderr.splitlines() if line.strip()]
         assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], \
             proc.stderr[-2000:]
         assert not store.exists()                                           # nothing written
+
+
+def damaged_folders(tiny, export_dir, tmp_path) -> list[tuple[list[str], str]]:
+    """Copies of the export with a damaged weights file (truncated, alone and in a sweep; a header
+    that is not JSON: safetensors raises its own SafetensorError), one whose tokenizer encodes the prompt but lacks a
+    char of the corpus, and an encoder (BertForMaskedLM) as a draft's model: (overrides, message)."""
+    import shutil
+    from src.engine.hf_model import char_tokenizer
+    from tests.engine.test_hf_model import encoders
+    _, corpus, target = tiny
+    out = []
+    for name, damage, message in (("truncated", lambda b: b[:len(b) // 2], "SafetensorError"),
+                                  ("header", lambda b: b[:8] + b"\xff" * 16 + b[24:], "SafetensorError")):
+        folder = tmp_path / name
+        shutil.copytree(export_dir, folder)
+        weights = folder / "model.safetensors"
+        weights.write_bytes(damage(weights.read_bytes()))
+        out.append(([f"model.path={folder}", "prompt='the cat '"], f"its weights cannot be loaded ({message}"))
+    out.append((["-m", f"model.path={tmp_path / 'truncated'}", "prompt='the cat '", "k=1,2"],  # a sweep's parent too
+                "its weights cannot be loaded (SafetensorError"))
+    lacking = tmp_path / "lacking"
+    shutil.copytree(export_dir, lacking)
+    assert "!" in corpus.text and "!" not in "the cat "
+    char_tokenizer([c for c in target.tokenizer.chars if c != "!"]).save_pretrained(lacking)
+    out.append(([f"model.path={lacking}", "prompt='the cat '"], "tokenizer cannot encode it (1 char(s) it has no "
+                                                                "token for: '!')"))
+    bert = encoders(tmp_path, target.tokenizer.chars)["bert_mlm"]
+    out.append((["model=tiny", "train=quick", "draft=hf_model", f"draft.model.path={bert}", "prompt='the cat '"],
+                "saved as BertForMaskedLM, not a causal LM"))
+    return out
 
 
 def test_export_refuses_a_folder_in_use_and_a_model_from_a_folder(tiny, export_dir, capsys):
