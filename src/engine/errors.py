@@ -63,6 +63,13 @@ def refuse(message: str) -> NoReturn:
 class ArgParser(argparse.ArgumentParser):
     """argparse, whose refusals are one line and exit status 2 (`--help` is unchanged)."""
 
+    def add_argument(self, *args, **kwargs):
+        # argparse counts a positional of nargs="*" without a default among the required arguments,
+        # and says so when another one is missing ("required: folder, overrides")
+        if kwargs.get("nargs") == "*" and args and not args[0].startswith("-"):
+            kwargs.setdefault("default", [])
+        return super().add_argument(*args, **kwargs)
+
     def error(self, message: str) -> NoReturn:
         refuse(f"{self.prog}: {message} (see --help)")
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from ..engine.errors import SpecsweepError
 from ..engine.locks import check_creatable
+from ..engine.tokenizer import vocabulary_difference
 from ..engine.train import corpus_tokenizer, target_location, verify_checkpoint
 from .load import load_corpus_of, load_folder_target, train_ids_of
 from .spec import TargetSpec, TrialSpec, draft_class, is_folder_model
@@ -60,16 +61,19 @@ def check_folder_draft(spec: TrialSpec, corpus: Corpus) -> None:
     mine = folder_tokens(spec.draft.model.model["path"])
     theirs = (folder_tokens(spec.target.model["path"]) if is_folder_model(spec.target.model)
               else corpus_tokenizer(corpus).chars)
-    if mine != theirs:
-        raise SpecsweepError(f"draft {spec.draft.name!r}: its tokenizer ({len(mine):,} tokens) is not the target's "
-                             f"({len(theirs):,} tokens): a draft must propose the target's tokens")
+    differ = vocabulary_difference(mine, theirs, ("the draft's", "the target's"))
+    if differ:
+        raise SpecsweepError(f"draft {spec.draft.name!r}: its tokenizer is not the target's ({differ}): a draft must "
+                             "propose the target's tokens; give a draft model saved with the target's tokenizer "
+                             "(the same tokens in the same order)")
 
 
 def check_folder_prompt(spec: TrialSpec) -> None:
     """A model from a folder (model=hf): its vocabulary must be at most data.max_vocab tokens for a
     draft whose build holds a row of it per training position (distilled) and small enough for a
     table draft's order (its context codes fit an int64), its tokenizer must encode the prompt, and
-    prompt + n_chars + k tokens must fit its context window (the spec counted chars)."""
+    prompt + n_chars + k tokens must fit its context window and a draft model's (counted in tokens
+    here: the spec counts chars for the tool's own models only)."""
     from ..engine.hf_model import HFTokenizer
     from ..engine.library import _transformers
     folder = spec.target.model["path"]
@@ -90,9 +94,14 @@ def check_folder_prompt(spec: TrialSpec) -> None:
             raise SpecsweepError(f"draft {spec.draft.name!r}: {e}") from None
     n = len(tok.encode(spec.prompt))
     need = n + spec.n_chars + spec.k
-    if need > spec.target.model["block_size"]:
-        raise SpecsweepError(f"prompt ({n} tokens) + n_chars ({spec.n_chars}) + k ({spec.k}) = {need} tokens exceeds "
-                             f"the model's context window of {spec.target.model['block_size']}")
+    windows = [("the model's", spec.target.model)]
+    if spec.draft.model is not None:
+        windows.append((f"draft {spec.draft.name!r}'s model's", spec.draft.model.model))
+    for whose, model in windows:
+        if need > model["block_size"]:
+            raise SpecsweepError(f"prompt ({n} tokens) + n_chars ({spec.n_chars} tokens) + k ({spec.k}) = {need} tokens "
+                                 f"exceeds {whose} context window of {model['block_size']} tokens: use a shorter "
+                                 "prompt, fewer n_chars or a smaller k")
 
 
 def check_folder_models(spec: TrialSpec, corpus: Corpus) -> None:

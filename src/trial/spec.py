@@ -443,10 +443,13 @@ def trial_spec(config) -> TrialSpec:
         if not torch.cuda.is_available():
             raise SpecsweepError(f"device={device}: this torch sees no CUDA device (a CPU build, or no GPU); "
                                  "use device=cpu")
-    need = len(prompt) + n_chars + k
-    if need > target.model["block_size"]:
-        raise SpecsweepError(f"prompt ({len(prompt)}) + n_chars ({n_chars}) + k ({k}) = {need} chars "
-                             f"exceeds the model's context window of {target.model['block_size']}")
+    need = None   # a model from a folder counts tokens: src/trial/checks.py, with its tokenizer
+    if not is_folder_model(target.model):
+        need = len(prompt) + n_chars + k
+        if need > target.model["block_size"]:
+            raise SpecsweepError(f"prompt ({len(prompt)}) + n_chars ({n_chars}) + k ({k}) = {need} chars exceeds the "
+                                 f"model's context window of {target.model['block_size']}: use a shorter prompt, fewer "
+                                 "n_chars or a smaller k")
     draft = draft_spec(c.sub("draft").node, config)
     check_draft(draft, target, k, need)
     batch, batch_prompts = batch_settings(c, tree, engine, draft)
@@ -546,9 +549,10 @@ def batch_settings(c: _Reader, tree, engine: EngineSpec, draft: DraftSpec) -> tu
     return batch, prompts
 
 
-def check_draft(draft: DraftSpec, target: TargetSpec, k: int, need: int) -> None:
+def check_draft(draft: DraftSpec, target: TargetSpec, k: int, need: int | None) -> None:
     """What a draft's own settings allow: heads draft at most one char per head; a model draft
-    must fit the trial's chars in its own context window and must not be the target itself: the
+    must fit the trial's chars (`need`; None for a target from a folder, whose tokens
+    src/trial/checks.py counts) in its own context window and must not be the target itself: the
     same model config, corpus, training and train_seed give the same cache key, hence the same
     checkpoint, and a target drafting for itself accepts every char by construction (p = q)
     while paying a full forward per drafted char: it measures only the loop's overhead, so it is
@@ -558,9 +562,10 @@ def check_draft(draft: DraftSpec, target: TargetSpec, k: int, need: int) -> None
         raise SpecsweepError(f"k = {k} exceeds the {n_heads} heads of draft {draft.name!r} (set draft.n_heads >= k)")
     if draft.model is None:
         return
-    if draft.model.model["block_size"] < need:
+    if need is not None and draft.model.model["block_size"] < need:
         raise SpecsweepError(f"draft {draft.name!r}: its model's context window ({draft.model.model['block_size']}) "
-                             f"is shorter than prompt + n_chars + k = {need}")
+                             f"is shorter than prompt + n_chars + k = {need}: use a shorter prompt, fewer n_chars or a "
+                             "smaller k")
     if draft.model.model == target.model:
         raise SpecsweepError(f"draft {draft.name!r} has the target's own model config: it would be the target drafting "
                              "for itself (acceptance 1 by construction); use a larger target (model=medium) "

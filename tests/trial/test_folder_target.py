@@ -263,8 +263,23 @@ def test_a_draft_with_another_tokenizer_is_refused_in_one_line_before_any_work(t
                                "prompt='the cat '"],
                               cwd=REPO, capture_output=True, text=True, timeout=300)
         lines = [line for line in proc.stderr.splitlines() if line.strip()]
-        assert proc.returncode == 2 and len(lines) == 1 and "is not the target's" in lines[0], proc.stderr[-2000:]
+        first, last = target.tokenizer.chars[-1], target.tokenizer.chars[0]       # same size, another order: said
+        said = (f"its tokenizer is not the target's (both have {len(target.tokenizer.chars)} tokens; id 0 is {first!r} "
+                f"in the draft's and {last!r} in the target's)")
+        assert proc.returncode == 2 and len(lines) == 1 and said in lines[0], proc.stderr[-2000:]
         assert not store.exists()
+
+
+def test_the_context_window_of_a_model_from_a_folder_counts_tokens(tiny, export_dir, folder_draft_model):
+    """model=hf: n_chars counts tokens, and so does the refusal (the spec, which counts chars, leaves it to
+    the checks that hold the tokenizer), for the target's window and a draft model's from a folder."""
+    from src.trial.checks import check_inputs
+    for draft in (["draft=bigram"], ["draft=hf_model", f"draft.model.path={folder_draft_model}"]):
+        spec = trial_spec(folder_cfg(tiny, export_dir, *draft, "n_chars=1000", "k=2"))
+        with pytest.raises(SpecsweepError, match=re.escape(
+                "prompt (8 tokens) + n_chars (1000 tokens) + k (2) = 1010 tokens exceeds the model's context window "
+                "of 128 tokens: use a shorter prompt, fewer n_chars or a smaller k")):
+            check_inputs(spec)
 
 
 def test_a_vocabulary_above_max_vocab_is_refused_for_the_distilled_table_only(tiny, export_dir, folder_draft_model):
