@@ -10,7 +10,7 @@ artifacts "analysis/" of the sweep's parent run. The folder is replaced as a who
 is written into a temporary sibling folder that is then renamed into place, so no file of an
 older report of the sweep survives, and a crash mid-report leaves the old report whole. An
 existing --out folder that this tool did not write (no `.specsweep-report` marker; analysis/export.py)
-is refused, not replaced, and left as it was. Bad input (no store, no
+is refused, not replaced, and left as it was: before the store is read or anything computed. Bad input (no store, no
 such sweep, no finished trial) ends with one line on stderr and exit status 2.
 """
 from __future__ import annotations
@@ -33,7 +33,7 @@ from . import figures
 from .aggregate import configured_level, pooled_speedup, trial_status
 from .cli import one_line_errors
 from .cost_models import BOOTSTRAP, ModelResults, cell_predictions, predict_trials
-from .export import atomic_folder, markdown, write_figure, write_table
+from .export import atomic_folder, check_report_folder, markdown, write_figure, write_table
 from .formula import MAP_KS
 from .load import DEFAULT_EXPERIMENT, REPO, SweepData, connect, load_sweep, with_cell_parts
 from .loops import loops_table
@@ -205,10 +205,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def run(args: argparse.Namespace) -> Path:
+    if args.out is not None:
+        check_report_folder(args.out)   # a folder that will be refused, before the store is read
     uri = resolve_uri(args.tracking_uri)
     client = connect(uri)
     data = load_sweep(client, args.experiment, args.sweep_id)
-    out_dir = args.out or default_out(data.sweep.sweep_id)
+    out_dir = check_report_folder(args.out or default_out(data.sweep.sweep_id))   # before the report is computed
     regimes = regimes_of(data)
     if len(regimes) == 1:
         report = build_report(data, args.bootstrap)
