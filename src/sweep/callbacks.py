@@ -1,5 +1,8 @@
 """The sweep-level side of tracking, as a Hydra callback (runs in the parent process only).
 
+on_run_start (a single run, no -m): the run's checks (src/sweep/job.py: check_single_run) before
+Hydra makes the run's output folder, so a refused run leaves no outputs/runs/<time>/ behind.
+
 on_multirun_start: refuse what cannot work (a host-local store with a launcher beyond this
 host); plan the sweep (src/sweep/plan.py: validate every job, train each target once and
 publish it to the tracking server); open the sweep's parent run (or reopen it, when the same
@@ -75,6 +78,18 @@ class SweepTracking(Callback):
 
     def __setstate__(self, state):
         self.__init__()
+
+    def on_run_start(self, config: DictConfig, **kwargs) -> None:
+        # a single run (no -m): its checks before Hydra makes its output folder (outputs/runs/<time>/),
+        # so a refused run leaves none behind; one line and exit 2, as the job would say it
+        from .job import check_single_run
+        try:
+            check_single_run(config)
+        except SpecsweepError as e:
+            print(f"error: {e}", file=sys.stderr)
+            raise SystemExit(2) from None
+        except Exception as e:   # Hydra would turn it into a warning: said once, by the job, as before
+            log.debug("a single run's checks failed before its job: %s", e)
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         # Hydra turns an exception here into a warning and launches the jobs anyway: so every

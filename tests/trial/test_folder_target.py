@@ -100,7 +100,7 @@ def test_the_command_line_refuses_bad_folder_input_in_one_line_before_any_work(t
         lines = [line for line in proc.stderr.splitlines() if line.strip()]
         assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], \
             proc.stderr[-2000:]
-        assert not store.exists()                                           # nothing written
+        assert not store.exists() and not (tmp_path / "run").exists()       # nothing written, no Hydra folder
 
 
 def damaged_folders(tiny, export_dir, tmp_path) -> list[tuple[list[str], str]]:
