@@ -54,6 +54,17 @@ def no_space(folder: Path, below: int = 1 << 20) -> bool:
     return st.f_bavail * st.f_frsize < below
 
 
+def unreadable(path: Path) -> str | None:
+    """Why the file at `path` cannot be read (its first byte tried: a mode that denies reading, a
+    folder that cannot be entered), in a few words; None when it can."""
+    try:
+        with open(path, "rb") as f:
+            f.read(1)
+    except OSError as e:
+        return e.strerror or str(e)
+    return None
+
+
 def refuse(message: str) -> NoReturn:
     """Bad input at an entry point: one line on stderr, exit status 2."""
     print(f"error: {message}", file=sys.stderr)

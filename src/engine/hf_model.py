@@ -42,7 +42,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .errors import SpecsweepError
+from .errors import SpecsweepError, unreadable
 from .library import WINDOW_KEYS, _transformers, rewind, to_transformers
 from .model import Transformer
 from .tokenizer import CharTokenizer
@@ -297,12 +297,10 @@ def check_folder(path: Path) -> None:
                                               "tokenizer.model")):
         raise SpecsweepError(f"model.path {path} holds no tokenizer (tokenizer.json or tokenizer_config.json)")
     for f in sorted(p for p in path.iterdir() if p.is_file()):
-        try:
-            with open(f, "rb") as fh:
-                fh.read(1)
-        except OSError as e:
-            raise SpecsweepError(f"model.path {path}: {f.name} cannot be read ({e.strerror or e}): give a folder "
-                                 "whose files you can read") from None
+        why = unreadable(f)
+        if why:
+            raise SpecsweepError(f"model.path {path}: {f.name} cannot be read ({why}): give a folder whose files you "
+                                 "can read")
     try:
         config = json.loads((path / "config.json").read_text())
         config.get("model_type")

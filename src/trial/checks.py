@@ -9,7 +9,8 @@ the corpus lacks, a training or validation split shorter than the context window
 is loaded as the trial will load it (its weights read, its prefix test passed) and the target's
 tokenizer must encode the whole corpus (`check_folder_models`); then a tree or a batch too large
 for the memory available (`check_memory`); last, a cached checkpoint the trial would load that
-fails its checksum is refused (`check_cached_checkpoints`). The sweep's parent runs it for every
+cannot be read, fails its checksum or does not give its recorded loss on the check slice, or an
+unreadable shipped one, is refused (`check_cached_checkpoints`). The sweep's parent runs it for every
 trial of its plan, and a single run before its own; both before the store is touched or a
 target trained.
 """
@@ -22,7 +23,7 @@ from pathlib import Path
 from ..engine.errors import SpecsweepError
 from ..engine.locks import check_creatable
 from ..engine.tokenizer import vocabulary_difference
-from ..engine.train import corpus_tokenizer, target_location, verify_checkpoint
+from ..engine.train import check_shipped_readable, corpus_tokenizer, target_location, verify_target
 from .load import load_corpus_of, load_folder_target, train_ids_of
 from .spec import TargetSpec, TrialSpec, draft_class, is_folder_model
 
@@ -180,20 +181,26 @@ _VERIFIED: dict[tuple, str] = {}   # (path, size, mtime) -> its sha256, verified
 
 
 def check_cached_checkpoints(spec: TrialSpec, corpus: Corpus) -> None:
-    """A cached checkpoint of the trial's target (or of a model draft's own model) that fails its
-    checksum is refused now, before the store is touched, not when the trial loads it. A missing
-    one is fine: it will be trained. Each file is hashed once per process while it is unchanged."""
+    """A cached checkpoint of the trial's target (or of a model draft's own model) that cannot be
+    read, fails its checksum or does not give its recorded loss on the check slice
+    (engine/train.py: verify_target) is refused now, before the store is touched, not when the
+    trial loads it. A missing one is fine: it will be copied from the shipped ones (which must be
+    readable) or trained. Each file is checked once per process while it is unchanged."""
     for target in (spec.target, spec.draft.model):
         if target is None or is_folder_model(target.model):   # a folder is read where it lies, never cached
             continue
-        _, path = target_location(corpus, target.model, target.train, target.train_seed, target.data.cache_dir)
+        target_key, path = target_location(corpus, target.model, target.train, target.train_seed, target.data.cache_dir)
         try:
             st = path.stat()
         except FileNotFoundError:
+            check_shipped_readable(path.name)
             continue
+        except OSError as e:
+            raise SpecsweepError(f"checkpoint {path} cannot be read ({e.strerror or e}): make its folder readable, "
+                                 "or choose another data.cache_dir") from None
         key = (str(path), st.st_size, st.st_mtime_ns)
         if key not in _VERIFIED:
-            _VERIFIED[key] = verify_checkpoint(path)
+            _VERIFIED[key] = verify_target(path, target_key, corpus, target.train)
 
 
 def check_corpus(spec: TrialSpec) -> Corpus:
