@@ -20,6 +20,7 @@ from pandas.api.types import is_numeric_dtype
 
 from src.engine.atomic import write_bytes, write_text
 from src.engine.errors import SpecsweepError
+from src.engine.locks import check_creatable
 
 from .tables import Table
 
@@ -108,6 +109,19 @@ def is_report_folder(path: Path, marker: str = MARKER) -> bool:
     return (path / "report.md").is_file() and all(p.suffix in REPORT_SUFFIXES for p in files)
 
 
+def check_report_folder(path: str | Path, marker: str = MARKER) -> Path:
+    """`path`, normalised, once it may take a report: a new folder where one can be made, an empty
+    one, or a report folder this tool wrote (`is_report_folder`); a user's folder or file, or a
+    place where no folder can be made (under a file, /proc), is refused in one sentence. Cheap:
+    the report runs it before it reads the store or computes anything, atomic_folder again."""
+    path = Path(os.path.abspath(path))  # normalised: the name of "out/.." is that of out's parent, not ".."
+    if path.exists() and (not path.is_dir() or (any(path.iterdir()) and not is_report_folder(path, marker))):
+        raise SpecsweepError(f"{path} exists and is not a report folder this tool wrote (no {marker}): "
+                             "refusing to replace it; give --out an empty or new folder")
+    check_creatable(path.parent, "the report folder")
+    return path
+
+
 def _sibling(path: Path, what: str) -> Path:
     """A fresh hidden name next to `path` (`*.tmp`: ignored by git)."""
     return path.with_name(f".{path.name}.{what}-{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
@@ -125,10 +139,7 @@ def atomic_folder(path: str | Path, marker: str = MARKER):
     $HOME, or at a folder of the user's own that happens to hold a report.md). The new folder gets
     the marker, so the next report may replace it.
     """
-    path = Path(os.path.abspath(path))  # normalised: the name of "out/.." is that of out's parent, not ".."
-    if path.exists() and (not path.is_dir() or (any(path.iterdir()) and not is_report_folder(path, marker))):
-        raise SpecsweepError(f"{path} exists and is not a report folder this tool wrote (no {marker}): "
-                             "refusing to replace it; give --out an empty or new folder")
+    path = check_report_folder(path, marker)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _sibling(path, "new")
     tmp.mkdir()

@@ -10,7 +10,7 @@ artifacts "analysis/" of the sweep's parent run. The folder is replaced as a who
 is written into a temporary sibling folder that is then renamed into place, so no file of an
 older report of the sweep survives, and a crash mid-report leaves the old report whole. An
 existing --out folder that this tool did not write (no `.specsweep-report` marker; analysis/outputs.py)
-is refused, not replaced, and left as it was. Bad input (no store, no
+is refused, not replaced, and left as it was: before the store is read or anything computed. Bad input (no store, no
 such sweep, no finished trial) ends with one line on stderr and exit status 2.
 """
 from __future__ import annotations
@@ -32,8 +32,10 @@ from src.sweep.store import resolve_uri
 from . import figures
 from .aggregate import configured_level, pooled_speedup, trial_status
 from .cli import one_line_errors
+from .consistency import (TARGET_TOL, VERIFY_TOL, contradictions, flagged_cells, mark_regimes, mark_tables,
+                          one_seed_note, rerun_commands)
 from .cost_models import BOOTSTRAP, ModelResults, cell_predictions, predict_trials
-from .outputs import atomic_folder, markdown, write_figure, write_table
+from .outputs import atomic_folder, check_report_folder, markdown, write_figure, write_table
 from .sweep_data import DEFAULT_EXPERIMENT, REPO, SweepData, connect, load_sweep, prompt_rows, with_cell_parts
 from .loops import loops_table
 from .pays import MAP_KS, pays_inputs
@@ -54,6 +56,7 @@ class Report:
     cells: pd.DataFrame       # per cell: measured pooled speedup and each model's prediction
     models: ModelResults
     tables: list[Table]
+    flags: pd.DataFrame       # cells whose measurements contradict the sweep (analysis/consistency.py)
 
 
 def optional(build, *args) -> Table | None:
@@ -93,7 +96,14 @@ def build_report(data: SweepData, boots: int = BOOTSTRAP) -> Report:
               optional(policies_table, cells, data.pairs, configured_level(finished)),
               optional(drafted_table, finished),
               optional(exactness_table, finished)]
-    return Report(data, status, cells, models, [t for t in tables if t is not None])
+    flags = contradictions(finished)
+    if not flags.empty:
+        tables.append(Table("flagged", "Flagged cells", flags, note=(
+            "Cells whose measurements contradict the sweep's other cells: a verify pass of more chars costing "
+            f"more than {VERIFY_TOL:.0%} less, a one-char target pass more than {TARGET_TOL:.0%} off the sweep's "
+            "median for the same target and engine, counters that differ among a cell's seeds where they cannot. "
+            "Their numbers are not answers: rerun them (the summary gives the command).")))
+    return Report(data, status, cells, models, mark_tables([t for t in tables if t is not None], flags), flags)
 
 
 def summary(report: Report, uri: str, experiment: str) -> str:
@@ -121,6 +131,15 @@ def summary(report: Report, uri: str, experiment: str) -> str:
         lines += ["", f"Flagged trials ({len(per_trial)}; component times far from their cell's other seeds: see the "
                   "outliers table, and the fit table for the parameters without them): " + "; ".join(
                       f"{d} k={k} seed={seed} ({', '.join(what)})" for (d, k, seed), what in per_trial.items()) + "."]
+    if not report.flags.empty:
+        cells = sorted(flagged_cells(report.flags))
+        lines += ["", f"Flagged cells ({len(cells)}: {', '.join(f'{d} k={k}' for d, k in cells)}): their measurements "
+                  "contradict the sweep's other cells (the flagged table says how), so they are not answers. "
+                  "Rerun just them:"]
+        lines += [f"    {c}" for c in rerun_commands(report.flags, report.data.finished, report.data.sweep)]
+    seeds = one_seed_note(report.data.finished)
+    if seeds:
+        lines += ["", seeds]
     best = next((t.df for t in report.tables if t.name == "best_k"), None)
     if best is not None and not best.empty:
         lines += ["", "Recommendations (speculate only where a measured interval lies above 1):"]
@@ -228,10 +247,12 @@ def write_category_figures(frame: pd.DataFrame, out_dir: Path) -> None:
 
 
 def run(args: argparse.Namespace) -> Path:
+    if args.out is not None:
+        check_report_folder(args.out)   # a folder that will be refused, before the store is read
     uri = resolve_uri(args.tracking_uri)
     client = connect(uri)
     data = load_sweep(client, args.experiment, args.sweep_id)
-    out_dir = args.out or default_out(data.sweep.sweep_id)
+    out_dir = check_report_folder(args.out or default_out(data.sweep.sweep_id))   # before the report is computed
     regimes = regimes_of(data)
     frame = workloads_of(client, data)
     per_category = workload_tables(frame)
@@ -244,8 +265,9 @@ def run(args: argparse.Namespace) -> Path:
     else:  # one report per regime (its own fits), in its own folder, and the answer per regime on top
         reports = {r: build_report(only_regime(data, r), args.bootstrap) for r in regimes}
         texts = {r: render(rep, uri, args.experiment) for r, rep in reports.items()}
-        answer = regimes_table({r: rep.cells for r, rep in reports.items()},
-                               {r: only_regime(data, r).pairs for r in regimes}, configured_level(data.finished))
+        answer = mark_regimes(regimes_table({r: rep.cells for r, rep in reports.items()},
+                                            {r: only_regime(data, r).pairs for r in regimes},
+                                            configured_level(data.finished)), reports)
         measured = pd.concat([rep.cells for rep in reports.values()], ignore_index=True)
         tables = [t for t in (answer, batch_table(answer.df), verify_cost_table(data.finished),
                               loops_table(data.finished, measured)) if t is not None] + per_category

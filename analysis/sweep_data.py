@@ -49,6 +49,7 @@ class Sweep:
     parent_run_id: str
     experiment_id: str
     start_time: pd.Timestamp
+    command_overrides: str = ""   # the overrides its command was given (its parent run's tag), as the shell split them
 
 
 @dataclass
@@ -86,9 +87,10 @@ def find_sweep(experiment: str, sweep_id: str | None = None) -> Sweep:
         known = ", ".join(ids.dropna().unique()[:5])
         raise SpecsweepError(f"no sweep with id {sweep_id!r} in experiment {experiment!r} (latest: {known})")
     row = chosen.iloc[0]
-    name = row.get("tags.sweep_name")
+    name, overrides = row.get("tags.sweep_name"), row.get("tags.command_overrides")
     return Sweep(sweep_id=row["tags.sweep_id"], name=name if isinstance(name, str) else "",
-                 parent_run_id=row["run_id"], experiment_id=exp.experiment_id, start_time=row["start_time"])
+                 parent_run_id=row["run_id"], experiment_id=exp.experiment_id, start_time=row["start_time"],
+                 command_overrides=overrides if isinstance(overrides, str) else "")
 
 
 def search_trials(sweep: Sweep) -> pd.DataFrame:

@@ -15,8 +15,9 @@ import sys
 from pathlib import Path
 
 from .sweep.command_config import compose_or_refuse, refusing
-from .engine.errors import ArgParser, refuse
+from .engine.errors import ArgParser, SpecsweepError, refuse
 from .engine.huggingface.checkpoint import export_checkpoint
+from .engine.locks import check_creatable
 from .trial.load import load_target
 from .trial.spec import is_folder_model, repo_path, target_spec
 
@@ -29,6 +30,10 @@ def main(argv: list[str] | None = None) -> int:
     folder = repo_path(args.folder)
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
         refuse(f"{folder} exists and is not an empty folder: export into a new one")
+    try:   # before the target is loaded or trained: a folder under a file, or where nothing can be made (/proc)
+        check_creatable(folder, "the export folder")
+    except SpecsweepError as e:
+        refuse(f"{e}: export into a folder that can be created")
     _, spec = compose_or_refuse(args.overrides, target_spec)
     if is_folder_model(spec.model):
         refuse("model=hf is a checkpoint already: export the tool's own targets (model=small, tiny, medium)")

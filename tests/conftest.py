@@ -242,7 +242,7 @@ def smoke_stores(tmp_path_factory):
     return {int(n): tuple(v) for n, v in json.loads(done.read_text()).items()}
 
 
-CLUSTER_MODULES = ("ray", "psycopg2", "hydra_plugins.hydra_ray_launcher", "hydra_plugins.hydra_submitit_launcher")
+CLUSTER_MODULES = ("ray", "psycopg2", "psycopg", "hydra_plugins.hydra_ray_launcher", "hydra_plugins.hydra_submitit_launcher")
 
 
 def cluster_extra_missing() -> list[str]:

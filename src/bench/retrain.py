@@ -17,6 +17,7 @@ exits 1.
 
     python -m src.bench.retrain                          # the default target: 10-25 min on 2 cores
     python -m src.bench.retrain --ship                   # and write the retrained one into the weights folder
+                                                         # (it prints the SHIPPED_TARGETS entry to put in src/engine/models/train.py)
     python -m src.bench.retrain model=tiny train=quick data=synthetic --weights DIR --ship
 """
 from __future__ import annotations
@@ -31,7 +32,7 @@ import torch
 
 from ..engine.atomic import file_sha256, write_bytes, write_text
 from ..engine.errors import ArgParser, refuse
-from ..engine.models.train import SHIPPED, get_target, recipe, shipped_recipes
+from ..engine.models.train import SHIPPED, get_target, recipe, shipped_entry, shipped_recipes
 from ..trial.load import load_corpus_of
 from ..trial.spec import is_folder_model, target_spec
 from ..sweep.command_config import compose_or_refuse
@@ -102,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(lines))
         if args.ship:
             ship(args.weights, retrained, target.path)
-            print(f"shipped: {args.weights / ('target-' + target.key + '.pt')} and its recipe")
+            print(f"shipped: {args.weights / ('target-' + target.key + '.pt')} and its recipe; it is served only once "
+                  f"SHIPPED_TARGETS in src/engine/models/train.py has this entry:\n    {shipped_entry(retrained)}")
             return 0
     return 0 if ok else 1
 

@@ -54,6 +54,17 @@ def no_space(folder: Path, below: int = 1 << 20) -> bool:
     return st.f_bavail * st.f_frsize < below
 
 
+def unreadable(path: Path) -> str | None:
+    """Why the file at `path` cannot be read (its first byte tried: a mode that denies reading, a
+    folder that cannot be entered), in a few words; None when it can."""
+    try:
+        with open(path, "rb") as f:
+            f.read(1)
+    except OSError as e:
+        return e.strerror or str(e)
+    return None
+
+
 def refuse(message: str) -> NoReturn:
     """Bad input at an entry point: one line on stderr, exit status 2."""
     print(f"error: {message}", file=sys.stderr)
@@ -62,6 +73,13 @@ def refuse(message: str) -> NoReturn:
 
 class ArgParser(argparse.ArgumentParser):
     """argparse, whose refusals are one line and exit status 2 (`--help` is unchanged)."""
+
+    def add_argument(self, *args, **kwargs):
+        # argparse counts a positional of nargs="*" without a default among the required arguments,
+        # and says so when another one is missing ("required: folder, overrides")
+        if kwargs.get("nargs") == "*" and args and not args[0].startswith("-"):
+            kwargs.setdefault("default", [])
+        return super().add_argument(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         refuse(f"{self.prog}: {message} (see --help)")

@@ -1,5 +1,8 @@
 """The sweep-level side of tracking, as a Hydra callback (runs in the parent process only).
 
+on_run_start (a single run, no -m): the run's checks (src/sweep/job.py: check_single_run) before
+Hydra makes the run's output folder, so a refused run leaves no outputs/runs/<time>/ behind.
+
 on_multirun_start: refuse what cannot work (a host-local store with a launcher beyond this
 host); plan the sweep (src/sweep/plan.py: validate every job, train each target once and
 publish it to the tracking server); open the sweep's parent run (or reopen it, when the same
@@ -76,9 +79,26 @@ class SweepTracking(Callback):
     def __setstate__(self, state):
         self.__init__()
 
+    def on_run_start(self, config: DictConfig, **kwargs) -> None:
+        # a single run (no -m): its checks before Hydra makes its output folder (outputs/runs/<time>/),
+        # so a refused run leaves none behind; one line and exit 2, as the job would say it
+        from .job import check_single_run
+        try:
+            check_single_run(config)
+        except SpecsweepError as e:
+            print(f"error: {e}", file=sys.stderr)
+            raise SystemExit(2) from None
+        except Exception as e:   # Hydra would turn it into a warning: said once, by the job, as before
+            log.debug("a single run's checks failed before its job: %s", e)
+
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         # Hydra turns an exception here into a warning and launches the jobs anyway: so every
-        # failure of the set-up ends the sweep here, with one line and exit status 2
+        # failure of the set-up ends the sweep here, with one line and exit status 2; a SIGTERM
+        # or SIGINT (Ctrl-C) while it sets up (planning, training a target) ends it as once the
+        # trials run (_stop: the stop line, 128 + the signal), not with a KeyboardInterrupt's
+        # traceback (an exception raised by a handler can also be swallowed where it lands)
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, self._stop)
         try:
             self._start(config)
         except SpecsweepError as e:
@@ -155,8 +175,6 @@ class SweepTracking(Callback):
         # object of torch, MLflow and Hydra (about 1 s of a sweep's wall time, for nothing)
         atexit.register(gc.freeze)
         atexit.register(self._close, abnormal=True)
-        for signum in (signal.SIGTERM, signal.SIGINT):   # a stopped parent stops its sweep (_stop)
-            signal.signal(signum, self._stop)
         log.info("sweep %s (%s): %d cells: %d done, %d to run, on %s (%s workers), tracked in %s%s", sweep_id, name,
                  len(jobs), len(skipped), len(jobs) - len(skipped), launcher_name(config),
                  self.ctx.n_jobs or "cluster's", uri, "" if config.resume else " (resume=false: rerunning every cell)")
@@ -237,14 +255,19 @@ class SweepTracking(Callback):
                 log.warning("could not close the sweep's parent run: %s", e)
 
     def _stop(self, signum, frame) -> None:
-        """SIGTERM or SIGINT to the sweep's parent: stop every process it started (by pid: the
-        launcher's workers, their trials, loky's resource tracker), mark this launch's RUNNING
-        trial runs KILLED with the reason, close the parent run KILLED, exit 128 + signum. A
-        rerun of the command resumes the sweep. (Trials a cluster launcher placed on other
-        hosts are not this process's children: they end as their own trials do.)"""
+        """SIGTERM or SIGINT to the sweep's parent, from the start of its set-up on: stop every
+        process it started (by pid: the launcher's workers, their trials, loky's resource
+        tracker), mark this launch's RUNNING trial runs KILLED with the reason, close the parent
+        run KILLED, exit 128 + signum. A rerun of the command resumes the sweep. (Trials a cluster
+        launcher placed on other hosts are not this process's children: they end as their own
+        trials do.)"""
         signal.signal(signum, signal.SIG_DFL)   # a second signal ends the process at once
         why = f"stopped: the sweep's parent got {signal.Signals(signum).name}"
-        print(f"error: {why}; stopping its workers and their trials", file=sys.stderr, flush=True)
+        if self.ctx is None:   # still setting the sweep up (planning, training a target): no trial yet
+            print(f"error: {why} while it set the sweep up, before any trial; rerun the same command to resume",
+                  file=sys.stderr, flush=True)
+        else:
+            print(f"error: {why}; stopping its workers and their trials", file=sys.stderr, flush=True)
         stopped = stop_descendants()
         if self.ctx is not None and not self.closed:
             self.closed = True

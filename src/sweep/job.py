@@ -240,6 +240,18 @@ class _Held:
     record: "TrialRecord | None" = None
 
 
+def check_single_run(cfg: DictConfig) -> TrialSpec:
+    """Every check of a single run, writing nothing: its spec, its store (when tracked), its inputs.
+    Hydra's on_run_start runs it before Hydra makes the run's output folder (src/sweep/callbacks.py),
+    so a refused run leaves no outputs/runs/<time>/ behind; single_run runs the same checks again
+    (from this process's caches: seconds saved nowhere else)."""
+    spec = trial_spec(cfg)
+    if cfg.tracking.enabled:
+        check_store(tracking_uri(cfg))
+    check_inputs(spec)
+    return spec
+
+
 def single_run(cfg: DictConfig, spec: TrialSpec, held: _Held, job_started: float):
     """One trial alone: untracked (tracking.enabled=false), or into its store, every check before any
     work (writing nothing), then the target (trained on first use), then the store's first write."""

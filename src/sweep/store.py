@@ -44,7 +44,8 @@ def check_uri(uri: str) -> str:
     are: sqlite:///ABSOLUTE/PATH (three slashes, then the absolute path: jobs start in other
     folders), http(s)://HOST[:PORT] (a tracking server), or a PostgreSQL, MySQL or SQL Server
     URL (scheme[+driver]://USER@HOST/DB, whose driver check_database then requires installed:
-    the cluster extra has psycopg2, for postgresql+psycopg2://). Nothing is opened here."""
+    the cluster extra has psycopg 3, for postgresql://, and psycopg2, for postgresql+psycopg2://).
+    Nothing is opened here."""
     hint = "use sqlite:///ABSOLUTE/PATH/mlflow.db or a tracking server http://HOST:PORT"
     if not isinstance(uri, str) or not uri.strip():
         raise SpecsweepError(f"the tracking store URI is empty: {hint}")
@@ -105,8 +106,8 @@ DEFAULT_PORTS = {"postgresql": 5432, "mysql": 3306, "mssql": 1433}
 def check_database(uri: str, timeout: float = 3.0) -> None:
     """A PostgreSQL, MySQL or SQL Server store, tried before any work: its server answers on its port
     (within `timeout`), SQLAlchemy's driver for the URI's form is installed, and a connection opens.
-    Each failure is one sentence: a bare postgresql:// means psycopg 3 to SQLAlchemy 2, which
-    specsweep does not install (the cluster extra has psycopg2: postgresql+psycopg2://)."""
+    Each failure is one sentence: a bare postgresql:// means psycopg 3 to SQLAlchemy 2, which the
+    cluster extra installs (`make setup-cluster`), as it does psycopg2 for postgresql+psycopg2://."""
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError, NoSuchModuleError
     try:
@@ -124,7 +125,8 @@ def check_database(uri: str, timeout: float = 3.0) -> None:
     try:
         dialect.import_dbapi()
     except ImportError as e:
-        hint = " (the cluster extra installs psycopg2: use postgresql+psycopg2://)" if backend == "postgresql" else ""
+        hint = (" (the cluster extra installs psycopg 3 for postgresql:// and psycopg2 for postgresql+psycopg2://: "
+                "make setup-cluster)" if backend == "postgresql" else "")
         raise SpecsweepError(f"tracking store {uri}: its driver {dialect.driver} is not installed ({e}){hint}") from None
     from sqlalchemy import create_engine
     from sqlalchemy.pool import NullPool

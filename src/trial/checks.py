@@ -5,9 +5,12 @@ drafts) and in the timing lock's folder; then `check_corpus(spec)` reads the cor
 the default one on first use, as a trial would) and refuses, in one sentence, one that cannot
 serve the trial: a vocabulary of one char or of more than `data.max_vocab`, a prompt with chars
 the corpus lacks, a training or validation split shorter than the context window of the target
-(or of a model draft's own model) plus one; then a tree or a batch too large for the memory
-available (`check_memory`); last, a cached checkpoint the trial would load that
-fails its checksum is refused (`check_cached_checkpoints`). The sweep's parent runs it for every
+(or of a model draft's own model) plus one; a model from a folder (the target, a draft's model)
+is loaded as the trial will load it (its weights read, its prefix test passed) and the target's
+tokenizer must encode the whole corpus (`check_folder_models`); then a tree or a batch too large
+for the memory available (`check_memory`); last, a cached checkpoint the trial would load that
+cannot be read, fails its checksum or does not give its recorded loss on the check slice, or an
+unreadable shipped one, is refused (`check_cached_checkpoints`). The sweep's parent runs it for every
 trial of its plan, and a single run before its own; both before the store is touched or a
 target trained.
 """
@@ -19,8 +22,9 @@ from pathlib import Path
 
 from ..engine.errors import SpecsweepError
 from ..engine.locks import check_creatable
-from ..engine.models.train import corpus_tokenizer, target_location, verify_checkpoint
-from .load import load_corpus_of
+from ..engine.models.tokenizer import vocabulary_difference
+from ..engine.models.train import check_shipped_readable, corpus_tokenizer, target_location, verify_target
+from .load import load_corpus_of, load_folder_target, train_ids_of
 from .spec import TargetSpec, TrialSpec, check_window, draft_class, is_folder_model
 from .workload import WorkloadSpec, workload_prompts
 
@@ -35,7 +39,9 @@ def check_inputs(spec: TrialSpec) -> Corpus:
         check_folder_draft(spec, corpus)
     if is_folder_model(spec.target.model):
         check_folder_prompt(spec, corpus)
+        check_folder_models(spec, corpus)
         return corpus
+    check_folder_models(spec, corpus)   # a draft's model from a folder
     check_memory(spec, len(corpus_tokenizer(corpus).chars))
     check_cached_checkpoints(spec, corpus)
     return corpus
@@ -57,16 +63,19 @@ def check_folder_draft(spec: TrialSpec, corpus: Corpus) -> None:
     mine = folder_tokens(spec.draft.model.model["path"])
     theirs = (folder_tokens(spec.target.model["path"]) if is_folder_model(spec.target.model)
               else corpus_tokenizer(corpus).chars)
-    if mine != theirs:
-        raise SpecsweepError(f"draft {spec.draft.name!r}: its tokenizer ({len(mine):,} tokens) is not the target's "
-                             f"({len(theirs):,} tokens): a draft must propose the target's tokens")
+    differ = vocabulary_difference(mine, theirs, ("the draft's", "the target's"))
+    if differ:
+        raise SpecsweepError(f"draft {spec.draft.name!r}: its tokenizer is not the target's ({differ}): a draft must "
+                             "propose the target's tokens; give a draft model saved with the target's tokenizer "
+                             "(the same tokens in the same order)")
 
 
 def check_folder_prompt(spec: TrialSpec, corpus: Corpus) -> None:
     """A model from a folder (model=hf): its vocabulary must be at most data.max_vocab tokens for a
     draft whose build holds a row of it per training position (distilled) and small enough for a
     table draft's order (its context codes fit an int64), its tokenizer must encode every prompt of
-    the workload, and each prompt + its n_chars + k tokens must fit its context window."""
+    the workload, and each prompt + its n_chars + k tokens must fit its context window and a draft
+    model's (counted in tokens here: the spec counts chars for the tool's own models only)."""
     from ..engine.huggingface.folder_model import HFTokenizer
     from ..engine.huggingface.checkpoint import offline_transformers
     folder = spec.target.model["path"]
@@ -95,8 +104,42 @@ def check_folder_prompt(spec: TrialSpec, corpus: Corpus) -> None:
         if n == 0:
             raise SpecsweepError(f"{p.where}: the checkpoint's tokenizer encodes its prompt {p.text[:40]!r} as no tokens")
         lengths.append(n)
-    check_window(WorkloadSpec(spec.workload.name, spec.workload.options, tuple(prompts)), spec.k,
-                 spec.target.model["block_size"], "tokens", lengths)
+    windows = [("the model's", spec.target.model)]
+    if spec.draft.model is not None:
+        windows.append((f"draft {spec.draft.name!r}'s model's", spec.draft.model.model))
+    for whose, model in windows:
+        check_window(WorkloadSpec(spec.workload.name, spec.workload.options, tuple(prompts)), spec.k,
+                     model["block_size"], "tokens", lengths, whose)
+
+def check_folder_models(spec: TrialSpec, corpus: Corpus) -> None:
+    """Each model from a folder the trial reads (its target, a draft's model) is loaded now, as the
+    trial will load it (`load_folder_target`: its weights read, the prefix test of a causal LM
+    passed), and a target's tokenizer encodes the whole corpus: the training split's ids are kept
+    for the trial (`train_ids_of`), the validation split is encoded once here."""
+    for target in (spec.target, spec.draft.model):
+        if target is not None and is_folder_model(target.model):
+            loaded = load_folder_target(target)
+            if target is spec.target:
+                check_corpus_tokens(spec, loaded, corpus)
+
+
+def check_corpus_tokens(spec: TrialSpec, target, corpus: Corpus) -> None:
+    """The corpus through the target's tokenizer (training split, then validation); a char it
+    cannot encode is named in one line."""
+    try:
+        train_ids_of(spec.target, target, corpus)
+        target.tokenizer.encode(corpus.split(spec.target.train.val_fraction)[1])
+    except SpecsweepError:
+        bad = []
+        for c in sorted(set(corpus.text)):
+            try:
+                target.tokenizer.encode(c)
+            except SpecsweepError:
+                bad.append(c)
+        data = spec.target.data
+        raise SpecsweepError(f"corpus {data.path or data.source}: the checkpoint's tokenizer cannot encode it "
+                             f"({len(bad)} char(s) it has no token for: {''.join(bad[:10])!r}): use a corpus of the "
+                             "tokenizer's chars (data.path=FILE) or a checkpoint whose tokenizer has them") from None
 
 
 def available_memory() -> int | None:
@@ -144,20 +187,26 @@ _VERIFIED: dict[tuple, str] = {}   # (path, size, mtime) -> its sha256, verified
 
 
 def check_cached_checkpoints(spec: TrialSpec, corpus: Corpus) -> None:
-    """A cached checkpoint of the trial's target (or of a model draft's own model) that fails its
-    checksum is refused now, before the store is touched, not when the trial loads it. A missing
-    one is fine: it will be trained. Each file is hashed once per process while it is unchanged."""
+    """A cached checkpoint of the trial's target (or of a model draft's own model) that cannot be
+    read, fails its checksum or does not give its recorded loss on the check slice
+    (engine/train.py: verify_target) is refused now, before the store is touched, not when the
+    trial loads it. A missing one is fine: it will be copied from the shipped ones (which must be
+    readable) or trained. Each file is checked once per process while it is unchanged."""
     for target in (spec.target, spec.draft.model):
         if target is None or is_folder_model(target.model):   # a folder is read where it lies, never cached
             continue
-        _, path = target_location(corpus, target.model, target.train, target.train_seed, target.data.cache_dir)
+        target_key, path = target_location(corpus, target.model, target.train, target.train_seed, target.data.cache_dir)
         try:
             st = path.stat()
         except FileNotFoundError:
+            check_shipped_readable(path.name)
             continue
+        except OSError as e:
+            raise SpecsweepError(f"checkpoint {path} cannot be read ({e.strerror or e}): make its folder readable, "
+                                 "or choose another data.cache_dir") from None
         key = (str(path), st.st_size, st.st_mtime_ns)
         if key not in _VERIFIED:
-            _VERIFIED[key] = verify_checkpoint(path)
+            _VERIFIED[key] = verify_target(path, target_key, corpus, target.train)
 
 
 def check_corpus(spec: TrialSpec) -> Corpus:

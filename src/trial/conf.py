@@ -47,7 +47,8 @@ def one_line(e: BaseException) -> str:
 def command_line(main) -> None:
     """Run `main` (a function under @hydra.main) as a command: its SpecsweepError and Hydra's or
     OmegaConf's errors (a bad override, an unknown key, a bad list) are one line on stderr and exit
-    2; a full disk (Hydra's own files included) is one line and exit 1; never Hydra's own report."""
+    2; a full disk (Hydra's own files included) is one line and exit 1; Ctrl-C is one line and exit
+    130; never Hydra's own report or a traceback for these."""
     os.environ.setdefault("HYDRA_FULL_ERROR", "1")   # Hydra raises its errors to us instead of printing them
     # a log file that cannot be written (a full disk) must not print a traceback per log line:
     # the console still shows each line, and the failure itself is said once
@@ -57,6 +58,9 @@ def command_line(main) -> None:
         main()
     except SpecsweepError as e:
         refuse(str(e))
+    except KeyboardInterrupt:   # Ctrl-C (a sweep's parent says its own stop line: src/sweep/callbacks.py)
+        print("error: stopped: interrupted (SIGINT); rerun the same command", file=sys.stderr)
+        sys.exit(130)
     except Exception as e:
         if type(e).__module__.split(".")[0] in ("hydra", "omegaconf"):
             refuse(one_line(e))

@@ -25,6 +25,7 @@ from ..engine.atomic import file_sha256
 from ..engine.models.corpus import Corpus, load_corpus
 from ..engine.drafts.base import Draft
 from ..engine.errors import SpecsweepError
+from ..engine.models.tokenizer import vocabulary_difference
 from ..engine.models.train import TrainedTarget, get_target, target_location
 from .spec import DataSpec, DraftSpec, TargetSpec, draft_class, is_folder_model
 
@@ -187,10 +188,10 @@ def load_draft_model(draft: DraftSpec, target: TrainedTarget, corpus: Corpus, so
     if small.key == target.key:
         raise SpecsweepError(f"draft {draft.name!r} is the target {target.key} itself: "
                              "use a larger target (model=medium) or another draft model (model@draft.model=NAME)")
-    if small.tokenizer.chars != target.tokenizer.chars:
-        raise SpecsweepError(f"draft model {small.key} has another vocabulary ({small.tokenizer.vocab_size} tokens) than "
-                             f"the target {target.key} ({target.tokenizer.vocab_size}): train both on the same corpus, "
-                             "or give a checkpoint with the target's tokenizer")
+    differ = vocabulary_difference(small.tokenizer.chars, target.tokenizer.chars, ("the draft's", "the target's"))
+    if differ:
+        raise SpecsweepError(f"draft model {small.key} has another vocabulary than the target {target.key} ({differ}): "
+                             "train both on the same corpus, or give a checkpoint with the target's tokenizer")
     return small
 
 

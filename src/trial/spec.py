@@ -451,8 +451,9 @@ def trial_spec(config) -> TrialSpec:
             raise SpecsweepError(f"device={device}: this torch sees no CUDA device (a CPU build, or no GPU); "
                                  "use device=cpu")
     workload = workload_spec(c.sub("workload").node, prompt, n_chars, repo_path)
-    need = workload.longest + k
-    if not is_folder_model(target.model):   # a model from a folder counts tokens: src/trial/checks.py
+    need = None   # a model from a folder counts tokens: src/trial/checks.py, with its tokenizer
+    if not is_folder_model(target.model):
+        need = workload.longest + k
         check_window(workload, k, target.model["block_size"])
     draft = draft_spec(c.sub("draft").node, config)
     check_draft(draft, target, k, need)
@@ -472,8 +473,9 @@ def trial_spec(config) -> TrialSpec:
                      batch=batch, policy=policy, workload=workload)
 
 
-def check_window(workload: WorkloadSpec, k: int, window: int, unit: str = "chars", lengths=None) -> None:
-    """Every prompt + its n_chars + k must fit the model's context window (lengths: the prompts'
+def check_window(workload: WorkloadSpec, k: int, window: int, unit: str = "chars", lengths=None,
+                 whose: str = "the model's") -> None:
+    """Every prompt + its n_chars + k must fit `whose` context window (lengths: the prompts'
     lengths in the model's tokens, where they are not their chars); refused in one sentence that
     names the longest prompt."""
     from .workload import Prompt
@@ -484,7 +486,7 @@ def check_window(workload: WorkloadSpec, k: int, window: int, unit: str = "chars
                 f"workload=copy: passage_chars + 2 + restart_chars ({size})")
         need = size + o["n_chars"] + k
         if need > window:
-            raise SpecsweepError(f"{what} + n_chars ({o['n_chars']}) + k ({k}) = {need} {unit} exceeds the model's "
+            raise SpecsweepError(f"{what} + n_chars ({o['n_chars']}) + k ({k}) = {need} {unit} exceeds {whose} "
                                  f"context window of {window}: lower workload.n_chars or the prompts' size")
         return
     lengths = lengths or [len(p.text) for p in workload.prompts]
@@ -493,9 +495,11 @@ def check_window(workload: WorkloadSpec, k: int, window: int, unit: str = "chars
         return
     p: Prompt = workload.prompts[i]
     name = "prompt" if p.where == "the prompt" else f"the longest prompt ({p.where})"
-    raise SpecsweepError(f"{name} ({lengths[i]} {unit}) + n_chars ({p.n_chars}) + k ({k}) = {need} {unit} exceeds the "
-                         f"model's context window of {window}" + ("" if p.where == "the prompt" else
-                                                                   ": shorten it or use a model with a longer window"))
+    raise SpecsweepError(f"{name} ({lengths[i]} {unit}) + n_chars ({p.n_chars}) + k ({k}) = {need} {unit} exceeds "
+                         f"{whose} context window of {window}: " + ("use a shorter prompt, fewer n_chars or a smaller k"
+                                                                     if p.where == "the prompt" else
+                                                                     "shorten it, lower its n_chars, or use a model "
+                                                                     "with a longer window"))
 
 
 LIBRARY_POLICIES = ("fixed", "heuristic", "confidence")   # those with a counterpart in transformers
@@ -580,9 +584,10 @@ def batch_settings(c: _Reader, tree, engine: EngineSpec, draft: DraftSpec, workl
     return batch
 
 
-def check_draft(draft: DraftSpec, target: TargetSpec, k: int, need: int) -> None:
+def check_draft(draft: DraftSpec, target: TargetSpec, k: int, need: int | None) -> None:
     """What a draft's own settings allow: heads draft at most one char per head; a model draft
-    must fit the trial's chars in its own context window and must not be the target itself: the
+    must fit the trial's chars (`need`; None for a target from a folder, whose tokens
+    src/trial/checks.py counts) in its own context window and must not be the target itself: the
     same model config, corpus, training and train_seed give the same cache key, hence the same
     checkpoint, and a target drafting for itself accepts every char by construction (p = q)
     while paying a full forward per drafted char: it measures only the loop's overhead, so it is
@@ -592,9 +597,10 @@ def check_draft(draft: DraftSpec, target: TargetSpec, k: int, need: int) -> None
         raise SpecsweepError(f"k = {k} exceeds the {n_heads} heads of draft {draft.name!r} (set draft.n_heads >= k)")
     if draft.model is None:
         return
-    if draft.model.model["block_size"] < need:
+    if need is not None and draft.model.model["block_size"] < need:
         raise SpecsweepError(f"draft {draft.name!r}: its model's context window ({draft.model.model['block_size']}) "
-                             f"is shorter than prompt + n_chars + k = {need}")
+                             f"is shorter than prompt + n_chars + k = {need}: use a shorter prompt, fewer n_chars or a "
+                             "smaller k")
     if draft.model.model == target.model:
         raise SpecsweepError(f"draft {draft.name!r} has the target's own model config: it would be the target drafting "
                              "for itself (acceptance 1 by construction); use a larger target (model=medium) "

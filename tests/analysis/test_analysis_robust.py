@@ -21,6 +21,7 @@ squares with the corrupted trial puts gamma at -0.03 to -0.09 on every one of th
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import mlflow
 import numpy as np
@@ -389,3 +390,29 @@ def test_the_robust_fit_is_the_bounded_optimum_not_a_clipped_one():
         if min(free) < 0:
             clipped_fails += kkt_violation(a, y, np.maximum(free, 0.0)) > 1e-3
     assert clipped_fails >= 3
+
+
+class Tripwire(BaseException):   # not an Exception: the report's own error handling does not catch it
+    """The report read the store or started computing."""
+
+
+@pytest.mark.parametrize("kind", ["a user's folder", "a user's file", "a folder under a file", "under /proc"])
+def test_an_out_folder_that_will_be_refused_is_refused_before_the_store_is_read(tmp_path, monkeypatch, capsys, kind):
+    """--out naming a user's folder or file, or a place where no folder can be made: one line, exit 2,
+    before the store is read or the report computed (both tripwires here), and nothing touched."""
+    def trip(*args, **kwargs):
+        raise Tripwire
+    monkeypatch.setattr(report_cli, "connect", trip)
+    monkeypatch.setattr(report_cli, "build_report", trip)
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "thesis.tex").write_text("years of work")
+    (tmp_path / "notes.txt").write_text("ideas")
+    out = {"a user's folder": tmp_path / "mine", "a user's file": tmp_path / "notes.txt",
+           "a folder under a file": tmp_path / "notes.txt" / "report",
+           "under /proc": Path("/proc/specsweep-report")}[kind]
+    assert report_cli.main(["--tracking-uri", f"sqlite:///{tmp_path}/none.db", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and ("not a report folder" in err[0]
+                                                             or "cannot create the report folder" in err[0]), err
+    assert (tmp_path / "mine" / "thesis.tex").read_text() == "years of work" and len(list(tmp_path.iterdir())) == 2
+    assert (tmp_path / "notes.txt").read_text() == "ideas"

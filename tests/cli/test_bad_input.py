@@ -1,5 +1,6 @@
 """Every bad input is refused before any work: exit status 2, one line on stderr (`error: ...`),
-no store file, no run, no trained target; for a single run and a multirun alike.
+no store file, no run, no trained target, and (python -m src.run) no Hydra output folder; for a
+single run and a multirun alike.
 
 Each case runs the real command line on the tiny model and a synthetic corpus, its store and
 its cache in folders of its own. The negative control is a draft whose check runs only when it
@@ -85,6 +86,9 @@ def refused_before_work(proc, case: Path, message: str, store_before: bytes | No
     trained = list((case / "cache").glob("models/*.pt"))
     if trained:
         problems.append(f"a target was trained: {trained[0].name}")
+    made = [p.name for p in (case / "run", case / "sweep") if p.exists()]
+    if made and " src.run " in f" {' '.join(proc.args)} ":
+        problems.append(f"Hydra's output folder was made: {made}")   # a refused `python -m src.run` leaves none
     return problems
 
 

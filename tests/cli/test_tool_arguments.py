@@ -89,7 +89,9 @@ CASES = [   # (tool, args, message)
     ("bench-predict", ["--sweep", "smoke", "--seeds", "0,1", "--probe-runs", "3"], "--probe-runs must be between 1"),
     ("bench-predict", ["--sweep", "smoke", "--", "--runs", "2"], "--runs is set by this tool"),
     ("bench-predict", ["--sweep", "smoke", "--", "batch=4"], "--validate takes each cell's engine and batch"),
-    ("export", [], "the following arguments are required: folder"),
+    ("export", [], "the following arguments are required: folder (see --help)"),   # not "folder, overrides"
+    ("export", ["{tmp}/used/config.json/sub"], "cannot create the export folder"),     # a folder under a file
+    ("export", ["/proc/specsweep-export"], "cannot create the export folder"),          # where nothing can be made
     ("export", ["{tmp}/new", "model=nosuch"], "unknown model 'nosuch'"),
     ("export", ["{tmp}/new", "k=[1,2"], "bad override 'k=[1,2'"),
     ("export", ["{tmp}/used"], "is not an empty folder"),

@@ -109,3 +109,38 @@ def test_sigterm_to_the_parent_stops_everything_and_the_rerun_completes(tmp_path
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
     assert trial_statuses(uri).count("FINISHED") == 2
     assert trial_counters(uri) == trial_counters(smoke_stores[1][0], FAULT_CELLS)
+
+
+@pytest.mark.parametrize("mode,signum", [("sweep", signal.SIGINT), ("sweep", signal.SIGTERM), ("single", signal.SIGINT)])
+def test_a_signal_while_the_target_trains_ends_with_the_stop_line(tmp_path, mode, signum):
+    """Ctrl-C (SIGINT to the process group, as a terminal sends it) or SIGTERM while a sweep's parent
+    trains its target before any trial, or while a single run trains its own: one `error: stopped`
+    line on stderr, no traceback, exit 128 + the signal; no checkpoint, no lock held, no temporary
+    file left in the cache, and no run RUNNING."""
+    store = tmp_path / "store"
+    store.mkdir()
+    cmd = smoke_cmd(store, 1, "train.steps=100000", "draft=bigram", "k=4")   # training that lasts
+    if mode == "single":
+        cmd = [sys.executable, "-m", "src.run", "model=tiny", "data=synthetic", "train=quick", "train.steps=100000",
+               "draft=bigram", "n_chars=64", "prompt='The cat '", f"tracking.uri=sqlite:///{store}/mlflow.db",
+               f"hydra.run.dir={store}/run", f"data.cache_dir={tmp_path}/cache"]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    models = tmp_path / "cache" / "models"
+    deadline = time.monotonic() + 240
+    while not list(models.glob("*.lock")) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)                                          # the training's lock: it trains now
+    time.sleep(1.0)
+    assert proc.poll() is None, proc.communicate()
+    os.killpg(proc.pid, signum)
+    out, err = proc.communicate(timeout=120)
+    lines = [line for line in err.splitlines() if line.startswith("error:") or "Traceback" in line]
+    assert proc.returncode == 128 + signum and "Traceback" not in err, err[-3000:]
+    assert len(lines) == 1 and lines[0].startswith("error: stopped:") and signal.Signals(signum).name in lines[0], err
+    assert not list(models.glob("*.pt")) and not list(models.glob("*.tmp"))
+    from filelock import FileLock
+    for lock in models.glob("*.lock"):
+        FileLock(str(lock)).acquire(timeout=0)                   # let go
+    if (store / "mlflow.db").exists():
+        _, runs = runs_of(f"sqlite:///{store}/mlflow.db")
+        assert "RUNNING" not in [r.info.status for r in runs]

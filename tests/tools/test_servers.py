@@ -58,11 +58,22 @@ def assert_gone(pids: set[int], ports: set[int]) -> None:
         assert not {int(line.split()[3].rsplit(":", 1)[1]) for line in out.splitlines()} & ports
 
 
-def test_tracking_server_on_postgres(tmp_path, short_dir):
+@pytest.fixture
+def psql() -> Path:
+    """PostgreSQL's client program (its server programs beside it); the test is skipped without them."""
     try:
-        psql = pg_bindir() / "psql"
+        return pg_bindir() / "psql"
     except ServerError as e:
         pytest.skip(str(e))
+
+
+def param_in_postgres(psql: Path, port: int, key: str) -> str:
+    """The value of param `key` as the `mlflow` database on 127.0.0.1:`port` holds it."""
+    return subprocess.run([str(psql), "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "-d", "mlflow", "-tAc",
+                           f"SELECT value FROM params WHERE key = '{key}'"], capture_output=True, text=True).stdout.strip()
+
+
+def test_tracking_server_on_postgres(tmp_path, short_dir, psql):
     from mlflow import MlflowClient
 
     pg = start_postgres(short_dir / "pg", free_port())
@@ -88,15 +99,37 @@ def test_tracking_server_on_postgres(tmp_path, short_dir):
             local = client.download_artifacts(run_id, "note.txt", str(tmp_path))
             assert Path(local).read_text() == "served"
             assert len(list((tmp_path / "artifacts").rglob("note.txt"))) == 1  # the server's copy
-            stored = subprocess.run([str(psql), "-h", "127.0.0.1", "-p", str(pg.port), "-U", "postgres",
-                                     "-d", "mlflow", "-tAc", "SELECT value FROM params WHERE key = 'k'"],
-                                    capture_output=True, text=True)
-            assert stored.stdout.strip() == "4"                # in PostgreSQL
+            assert param_in_postgres(psql, pg.port, "k") == "4"  # in PostgreSQL
         finally:
             ml.stop()
     finally:
         pg.stop()
     assert_gone(pids, ports)
+
+
+def test_a_plain_postgresql_uri_works_with_the_cluster_extra(short_dir, psql):
+    """`postgresql://USER@HOST:PORT/DB` (no driver named): SQLAlchemy 2.1 takes psycopg 3 for it, which
+    the cluster extra pins. Against a PostgreSQL server of this test's own on loopback, the store
+    checks pass, the sweep's first write (the experiment) and a run's params and metrics land in
+    PostgreSQL and read back, through that URI."""
+    if importlib.util.find_spec("psycopg") is None:
+        pytest.fail("the cluster extra lacks psycopg 3 (requirements-cluster.txt pins it): make setup-cluster")
+    from mlflow import MlflowClient
+    from mlflow.entities import Metric, Param
+    from src.sweep.store import check_database
+    from src.sweep.tracking import check_store, setup_experiment
+
+    with start_postgres(short_dir / "pg", free_port()) as pg:
+        uri = f"postgresql://postgres@127.0.0.1:{pg.port}/mlflow"
+        check_database.cache_clear()
+        check_store(uri)                                              # the checks every command runs first
+        writer = MlflowClient(uri)
+        run_id = writer.create_run(setup_experiment(uri, "plain")).info.run_id
+        writer.log_batch(run_id, params=[Param("k", "4")], metrics=[Metric("speedup", 1.5, 0, 0)])
+        writer.set_terminated(run_id)
+        got = MlflowClient(uri).get_run(run_id).data
+        assert (got.params, got.metrics) == ({"k": "4"}, {"speedup": 1.5})
+        assert param_in_postgres(psql, pg.port, "k") == "4"           # in PostgreSQL
 
 
 DRIVER = """

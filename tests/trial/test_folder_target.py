@@ -92,12 +92,45 @@ def test_the_command_line_refuses_bad_folder_input_in_one_line_before_any_work(t
     cases = [([f"model.path={tmp_path}/nosuch"], "does not exist"),
              ([f"model.path={t5}"], "'t5' is not a causal LM"),
              ([f"model.path={export_dir}", "prompt='the cat \u2603'"], "cannot encode")]
+    cases += damaged_folders(tiny, export_dir, tmp_path)
     for extra, message in cases:
-        proc = subprocess.run(base + extra, cwd=REPO, capture_output=True, text=True, timeout=300)
+        flags = [a for a in extra if a == "-m"]                            # -m before the overrides
+        proc = subprocess.run(base[:3] + flags + base[3:] + [a for a in extra if a != "-m"], cwd=REPO,
+                              capture_output=True, text=True, timeout=300)
         lines = [line for line in proc.stderr.splitlines() if line.strip()]
         assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], \
             proc.stderr[-2000:]
-        assert not store.exists()                                           # nothing written
+        assert not store.exists() and not (tmp_path / "run").exists()       # nothing written, no Hydra folder
+
+
+def damaged_folders(tiny, export_dir, tmp_path) -> list[tuple[list[str], str]]:
+    """Copies of the export with a damaged weights file (truncated, alone and in a sweep; a header
+    that is not JSON: safetensors raises its own SafetensorError), one whose tokenizer encodes the prompt but lacks a
+    char of the corpus, and an encoder (BertForMaskedLM) as a draft's model: (overrides, message)."""
+    import shutil
+    from src.engine.huggingface.checkpoint import char_tokenizer
+    from tests.engine.huggingface.test_folder_model import encoders
+    _, corpus, target = tiny
+    out = []
+    for name, damage, message in (("truncated", lambda b: b[:len(b) // 2], "SafetensorError"),
+                                  ("header", lambda b: b[:8] + b"\xff" * 16 + b[24:], "SafetensorError")):
+        folder = tmp_path / name
+        shutil.copytree(export_dir, folder)
+        weights = folder / "model.safetensors"
+        weights.write_bytes(damage(weights.read_bytes()))
+        out.append(([f"model.path={folder}", "prompt='the cat '"], f"its weights cannot be loaded ({message}"))
+    out.append((["-m", f"model.path={tmp_path / 'truncated'}", "prompt='the cat '", "k=1,2"],  # a sweep's parent too
+                "its weights cannot be loaded (SafetensorError"))
+    lacking = tmp_path / "lacking"
+    shutil.copytree(export_dir, lacking)
+    assert "!" in corpus.text and "!" not in "the cat "
+    char_tokenizer([c for c in target.tokenizer.chars if c != "!"]).save_pretrained(lacking)
+    out.append(([f"model.path={lacking}", "prompt='the cat '"], "tokenizer cannot encode it (1 char(s) it has no "
+                                                                "token for: '!')"))
+    bert = encoders(tmp_path, target.tokenizer.chars)["bert_mlm"]
+    out.append((["model=tiny", "train=quick", "draft=hf_model", f"draft.model.path={bert}", "prompt='the cat '"],
+                "saved as BertForMaskedLM, not a causal LM"))
+    return out
 
 
 def test_export_refuses_a_folder_in_use_and_a_model_from_a_folder(tiny, export_dir, capsys):
@@ -229,8 +262,23 @@ def test_a_draft_with_another_tokenizer_is_refused_in_one_line_before_any_work(t
                                "prompt='the cat '"],
                               cwd=REPO, capture_output=True, text=True, timeout=300)
         lines = [line for line in proc.stderr.splitlines() if line.strip()]
-        assert proc.returncode == 2 and len(lines) == 1 and "is not the target's" in lines[0], proc.stderr[-2000:]
+        first, last = target.tokenizer.chars[-1], target.tokenizer.chars[0]       # same size, another order: said
+        said = (f"its tokenizer is not the target's (both have {len(target.tokenizer.chars)} tokens; id 0 is {first!r} "
+                f"in the draft's and {last!r} in the target's)")
+        assert proc.returncode == 2 and len(lines) == 1 and said in lines[0], proc.stderr[-2000:]
         assert not store.exists()
+
+
+def test_the_context_window_of_a_model_from_a_folder_counts_tokens(tiny, export_dir, folder_draft_model):
+    """model=hf: n_chars counts tokens, and so does the refusal (the spec, which counts chars, leaves it to
+    the checks that hold the tokenizer), for the target's window and a draft model's from a folder."""
+    from src.trial.checks import check_inputs
+    for draft in (["draft=bigram"], ["draft=hf_model", f"draft.model.path={folder_draft_model}"]):
+        spec = trial_spec(folder_cfg(tiny, export_dir, *draft, "n_chars=1000", "k=2"))
+        with pytest.raises(SpecsweepError, match=re.escape(
+                "prompt (8 tokens) + n_chars (1000 tokens) + k (2) = 1010 tokens exceeds the model's context window "
+                "of 128 tokens: use a shorter prompt, fewer n_chars or a smaller k")):
+            check_inputs(spec)
 
 
 def test_a_vocabulary_above_max_vocab_is_refused_for_the_distilled_table_only(tiny, export_dir, folder_draft_model):

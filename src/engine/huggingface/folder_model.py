@@ -27,6 +27,7 @@ returns an `HFModel` and an `HFTokenizer`: the interface the tool's loops use of
 from __future__ import annotations
 
 import json
+import os
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +35,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..errors import SpecsweepError
+from ..errors import SpecsweepError, unreadable
 from .checkpoint import WINDOW_KEYS, offline_transformers
 
 
@@ -276,11 +277,14 @@ def context_window(path: Path) -> int | None:
 
 def check_folder(path: Path) -> None:
     """A folder holding a transformers checkpoint: config.json naming an architecture with a causal
-    LM class, weights, a tokenizer (one line otherwise); nothing is loaded but config.json."""
+    LM class and saying it decodes causally (`check_causal_config`), weights, a tokenizer, every file
+    readable (one line otherwise); nothing is loaded but config.json."""
     if not path.exists():
         raise SpecsweepError(f"model.path {path} does not exist")
     if not path.is_dir():
         raise SpecsweepError(f"model.path {path} is not a folder: give a transformers checkpoint's folder")
+    if not os.access(path, os.R_OK | os.X_OK):
+        raise SpecsweepError(f"model.path {path} cannot be read (permission denied): give a folder you can read")
     if not (path / "config.json").is_file():
         raise SpecsweepError(f"model.path {path} is not a transformers checkpoint (no config.json)")
     if not any(path.glob("*.safetensors")) and not any(path.glob("*.bin")):
@@ -288,14 +292,69 @@ def check_folder(path: Path) -> None:
     if not any((path / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "vocab.json",
                                               "tokenizer.model")):
         raise SpecsweepError(f"model.path {path} holds no tokenizer (tokenizer.json or tokenizer_config.json)")
+    for f in sorted(p for p in path.iterdir() if p.is_file()):
+        why = unreadable(f)
+        if why:
+            raise SpecsweepError(f"model.path {path}: {f.name} cannot be read ({why}): give a folder whose files you "
+                                 "can read")
     try:
-        model_type = json.loads((path / "config.json").read_text()).get("model_type")
+        config = json.loads((path / "config.json").read_text())
+        config.get("model_type")
     except (OSError, ValueError, AttributeError) as e:
         raise SpecsweepError(f"model.path {path}: config.json cannot be read ({e})") from None
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-    if model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+    check_causal_config(path, config)
+
+
+def check_causal_config(path: Path, config: dict) -> None:
+    """The config says the model decodes causally: its architecture has a causal LM class in
+    transformers, the classes it was saved from (`architectures`) include a causal LM (an encoder
+    saved as BertForMaskedLM is not), and an architecture that is also an encoder (bert, roberta,
+    ...: its causal class attends both ways unless the config makes it a decoder) says
+    `is_decoder: true`. The loaded model must pass the prefix test too (`check_prefix`)."""
+    from transformers.models.auto.modeling_auto import (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES as CAUSAL,
+                                                        MODEL_FOR_MASKED_LM_MAPPING_NAMES as MASKED)
+    model_type = config.get("model_type")
+    if model_type not in CAUSAL:
         raise SpecsweepError(f"model.path {path}: architecture {model_type!r} is not a causal LM transformers can load "
                              "(AutoModelForCausalLM has no class for it)")
+    named = [a for a in config.get("architectures") or [] if isinstance(a, str)]
+    causal = set(CAUSAL.values())
+    if named and not any(a in causal or a.endswith(("ForCausalLM", "LMHeadModel")) for a in named):
+        raise SpecsweepError(f"model.path {path}: its config says it was saved as {', '.join(named)}, not a causal LM "
+                             f"(an encoder's predictions see later tokens): give a causal LM's checkpoint "
+                             f"({CAUSAL[model_type]} for {model_type!r})")
+    if model_type in MASKED and config.get("is_decoder") is not True:
+        raise SpecsweepError(f"model.path {path}: a {model_type!r} model decodes causally only as a decoder, and its "
+                             "config does not say is_decoder: true (its predictions would see later tokens): give a "
+                             "causal LM's checkpoint")
+
+
+PREFIX_RTOL = 1e-4   # the prefix test's tolerance, relative to the largest logit (at least 1): float32's
+# epsilon is 1.2e-7 and a causal LM's logits at a prefix move only by the rounding of sums taken in
+# another order (measured 6e-7 on a tiny Llama, 1.3e-6 on GPT-2, weights drawn wide), while an
+# encoder's attention to the appended tokens moves them by 4e-3 even with BERT's initial weights
+
+
+@torch.no_grad()
+def prefix_change(hf, vocab: int, window: int) -> float:
+    """How much the logits at the first positions of a fixed sequence move when tokens are appended,
+    relative to their largest magnitude (at least 1): 0 up to rounding for a causal LM."""
+    device = next(hf.parameters()).device
+    n = max(2, min(16, window))
+    ids = ((torch.arange(n, device=device) * 7 + 3) % vocab)[None]   # (1, n): a fixed sequence of the vocabulary
+    full = hf(input_ids=ids, use_cache=False).logits.float()[:, :n // 2]
+    head = hf(input_ids=ids[:, :n // 2], use_cache=False).logits.float()
+    return float((full - head).abs().max() / full.abs().max().clamp(min=1.0))
+
+
+def check_prefix(path: Path, model: "HFModel", vocab: int) -> None:
+    """Refuse a loaded model whose logits at earlier positions move when tokens are appended: not an
+    autoregressive law, whatever its config says."""
+    change = prefix_change(model.hf, vocab, model.cfg.block_size)
+    if not change <= PREFIX_RTOL:
+        raise SpecsweepError(f"model.path {path}: not a causal LM: appending tokens moves the logits at earlier "
+                             f"positions by {change:.1e} of their scale (a causal LM's move by rounding only, below "
+                             f"{PREFIX_RTOL:g}): give a causal LM's checkpoint")
 
 
 def load_checkpoint(path: str | Path, max_len: int | None = None, device: str = "cpu") -> tuple[HFModel, HFTokenizer]:
@@ -314,6 +373,10 @@ def load_checkpoint(path: str | Path, max_len: int | None = None, device: str = 
     except ValueError as e:
         raise SpecsweepError(f"model.path {path}: architecture {config.model_type!r} is not a causal LM "
                              f"transformers can load ({str(e).splitlines()[0][:120]})") from None
+    except Exception as e:   # noqa: BLE001 - damaged or unreadable weights (safetensors' SafetensorError, OSError)
+        raise SpecsweepError(f"model.path {path}: its weights cannot be loaded ({type(e).__name__}: "
+                             f"{(str(e).splitlines() or [''])[0][:120]}): replace the damaged or unreadable file") \
+            from None
     try:
         tok = t.AutoTokenizer.from_pretrained(path, local_files_only=True)
     except Exception as e:   # noqa: BLE001
@@ -324,4 +387,5 @@ def load_checkpoint(path: str | Path, max_len: int | None = None, device: str = 
     if tokenizer.vocab_size > model.cfg.vocab_size:
         raise SpecsweepError(f"model.path {path}: the tokenizer's ids go up to {tokenizer.vocab_size - 1}, the model's "
                              f"output has {model.cfg.vocab_size} rows")
+    check_prefix(path, model, tokenizer.vocab_size)
     return model, tokenizer

@@ -34,3 +34,18 @@ class CharTokenizer:
 
     def decode(self, ids) -> str:
         return "".join(self.chars[i] for i in (ids.tolist() if hasattr(ids, "tolist") else ids))
+
+
+def vocabulary_difference(mine: list[str], theirs: list[str], names: tuple[str, str]) -> str | None:
+    """How two vocabularies (tokens in id order) differ, in words, `names` naming them ("the
+    draft's", "the target's"): the sizes and the first id whose token differs (the same size in
+    another order says where); None when they are the same."""
+    if mine == theirs:
+        return None
+    a, b = names
+    at = next((i for i, (x, y) in enumerate(zip(mine, theirs)) if x != y), None)
+    sizes = (f"both have {len(mine):,} tokens" if len(mine) == len(theirs)
+             else f"{len(mine):,} tokens in {a} against {len(theirs):,} in {b}")
+    if at is None:   # one is the other with tokens appended
+        return f"{sizes}, the same up to id {min(len(mine), len(theirs)) - 1:,}"
+    return f"{sizes}; id {at:,} is {mine[at]!r} in {a} and {theirs[at]!r} in {b}"

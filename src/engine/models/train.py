@@ -6,12 +6,19 @@ fresh machine train it once: the first takes the lock and trains, the others wai
 
 Shipped targets: a checkpoint in `SHIPPED` (src/engine/models/weights/, in git: the default target,
 so a fresh clone answers in minutes instead of training for 10-25) is the cache's first
-source for its key. It is copied into the cache once its sha256 matches its recipe's
-(`weights/recipe.json`: key, sha256, corpus sha256, model, training, seed, validation loss);
-a file that does not match is skipped with a warning and the target is trained. The same key
-means the same corpus, config and seed, so the shipped file is what training here would
-make, up to the float differences of another CPU: `make retrain-default` retrains it and
+source for its key. It is copied into the cache only if it is what it claims: its sha256 is the
+one `SHIPPED_TARGETS` records here, in tracked source (a hash beside the file guards nothing
+against an edit of both), its recipe (`weights/recipe.json`: key, sha256, corpus sha256, model,
+training, seed, validation loss) agrees with that record, and its loss on the check slice is
+the recorded one; a file that is not is skipped with a warning and the target is trained. The
+same key means the same corpus, config and seed, so the shipped file is what training here
+would make, up to the float differences of another CPU: `make retrain-default` retrains it and
 compares (src/bench/retrain.py).
+
+Every load checks the weights against their record: the loss on the check slice (the first
+CHECK_WINDOWS context windows of the validation split, about 100 ms for the default target) is
+recomputed and must be the recorded one within CHECK_TOL (`check_recorded_loss`); a checkpoint
+trained here records its own (`check_loss`), a shipped one's is in SHIPPED_TARGETS.
 """
 from __future__ import annotations
 
@@ -31,7 +38,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from ..atomic import atomic_path, file_sha256, seal
-from ..errors import SpecsweepError
+from ..errors import SpecsweepError, unreadable
 from ..locks import TRAINING_WAIT_S, file_lock
 from .model import ModelConfig, Transformer
 from .tokenizer import CharTokenizer
@@ -39,6 +46,18 @@ from .tokenizer import CharTokenizer
 log = logging.getLogger(__name__)
 
 SHIPPED = Path(__file__).parent / "weights"   # checkpoints shipped in git, and their recipe.json
+
+# key -> what the shipped checkpoint of that key is: its file's sha256, its validation loss (the
+# recipe's and the checkpoint's) and its loss on the check slice. Here, in tracked source, and not
+# only beside the file; `make retrain-default ARGS=--ship` prints the entry of a newly shipped one,
+# and tests/tools/test_shipped_target.py checks that the shipped file matches it.
+SHIPPED_TARGETS = {
+    "72c784af11a8347d": {"sha256": "837192751c920d908fbc6f31e9e40ebb83438ddaa41dac0221df00a67b5fcd14",
+                         "val_loss": 1.5115421613862243, "check_loss": 1.5022251605987549},
+}
+CHECK_WINDOWS = 8   # the check slice: the first 8 context windows of the validation split (2,048 chars, default target)
+CHECK_TOL = 1e-3    # nats/char: the same weights give the same loss on the slice up to float32 rounding (1e-7
+# between batch shapes, measured), on any CPU; damaged weights move it by far more (random ones: about +2.9)
 
 
 @dataclass(frozen=True)
@@ -148,10 +167,70 @@ def verify_checkpoint(path: Path) -> str:
     sidecar = path.with_name(path.name + ".sha256")
     if not sidecar.is_file():
         raise SpecsweepError(f"checkpoint {path} has no checksum file; delete it to retrain")
-    digest = file_sha256(path)
-    if digest != sidecar.read_text().strip():
+    try:
+        digest, recorded = file_sha256(path), sidecar.read_text().strip()
+    except OSError as e:
+        raise SpecsweepError(f"checkpoint {path} cannot be read ({e.strerror or e}): make it and its .sha256 readable, "
+                             "or delete them to retrain") from None
+    if digest != recorded:
         raise SpecsweepError(f"checkpoint {path} fails its checksum (truncated or tampered); delete it to retrain")
     return digest
+
+
+def check_loss(model: Transformer, tok: CharTokenizer, corpus, train_cfg: TrainConfig) -> float:
+    """The mean next-char loss (nats/char) on the check slice: the first CHECK_WINDOWS context
+    windows of the validation split (as many as it holds), one batch as `evaluate` runs it."""
+    block = model.cfg.block_size
+    _, val_text = corpus.split(train_cfg.val_fraction)
+    return evaluate(model, tok.encode(val_text[: CHECK_WINDOWS * block + 1]), block)
+
+
+def recorded_check_loss(key: str, digest: str, ckpt: dict) -> float | None:
+    """The check-slice loss a checkpoint's weights must give: its own record (trained here), else
+    the shipped record of its key when its bytes are the shipped ones; None for a checkpoint
+    written before check losses were recorded."""
+    if "check_loss" in ckpt:
+        return float(ckpt["check_loss"])
+    known = SHIPPED_TARGETS.get(key)
+    return known["check_loss"] if known is not None and known["sha256"] == digest else None
+
+
+def check_recorded_loss(path: Path, key: str, digest: str, ckpt: dict, model: Transformer, tok: CharTokenizer,
+                        corpus, train_cfg: TrainConfig) -> None:
+    """Refuse weights that do not give their recorded loss on the check slice (edited or damaged,
+    whatever their checksum says); a checkpoint with no record, or a shipped key's with other bytes
+    and no record, is refused too: it cannot be told from a damaged one."""
+    recorded = recorded_check_loss(key, digest, ckpt)
+    if recorded is None:
+        if key in SHIPPED_TARGETS:
+            raise SpecsweepError(f"checkpoint {path} has target {key}'s key but neither the shipped bytes nor a "
+                                 "recorded check loss: delete it (and its .sha256) to use the shipped one")
+        return   # trained before check losses were recorded: its checksum is all there is
+    got = check_loss(model, tok, corpus, train_cfg)
+    if not abs(got - recorded) <= CHECK_TOL:
+        raise SpecsweepError(f"checkpoint {path}: its loss on the check slice is {got:.4f} nats/char, its record says "
+                             f"{recorded:.4f} (tolerance {CHECK_TOL:g}): damaged or edited; delete it (and its .sha256) "
+                             "to retrain")
+
+
+def verify_target(path: Path, key: str, corpus, train_cfg: TrainConfig) -> str:
+    """A cached checkpoint checked as a load checks it, without keeping the model: its sidecar's
+    sha256 and its recorded loss on the check slice (`check_recorded_loss`). Returns its sha256."""
+    digest = verify_checkpoint(path)
+    ckpt = read_checkpoint(path)
+    model, tok = model_from_checkpoint(ckpt)
+    check_recorded_loss(path, key, digest, ckpt, model, tok, corpus, train_cfg)
+    return digest
+
+
+def check_shipped_readable(name: str, folder: Path = SHIPPED) -> None:
+    """The shipped checkpoint `name` that a missing cache entry would be copied from can be read: an
+    unreadable one is refused in one line rather than trained instead (10-25 minutes)."""
+    src = folder / name
+    why = unreadable(src) if src.exists() else None
+    if why:
+        raise SpecsweepError(f"the shipped target {src} cannot be read ({why}): make it readable "
+                             "(or restore it: git checkout -- src/engine/models/weights)")
 
 
 def read_checkpoint(path: Path) -> dict:
@@ -210,7 +289,14 @@ def recipe(key: str, corpus_sha: str, model_cfg: dict, train_cfg: TrainConfig, s
     """What a shipped checkpoint records about itself (one entry of weights/recipe.json)."""
     return {"key": key, "sha256": sha256, "corpus_sha256": corpus_sha, "model": model_cfg,
             "train": asdict(train_cfg), "seed": seed, "val_loss": float(ckpt["val_loss"]),
+            "check_loss": float(ckpt["check_loss"]),
             "train_seconds": round(float(ckpt["train_seconds"]), 1), "n_params": int(ckpt["n_params"])}
+
+
+def shipped_entry(entry: dict) -> str:
+    """The SHIPPED_TARGETS line (src/engine/models/train.py) of a shipped checkpoint's recipe `entry`."""
+    return (f'"{entry["key"]}": {{"sha256": "{entry["sha256"]}", "val_loss": {entry["val_loss"]!r}, '
+            f'"check_loss": {entry["check_loss"]!r}}},')
 
 
 def shipped_recipes(folder: Path = SHIPPED) -> dict[str, dict]:
@@ -221,23 +307,50 @@ def shipped_recipes(folder: Path = SHIPPED) -> dict[str, dict]:
         return {}
 
 
-def copy_shipped(key: str, path: Path, folder: Path | None = SHIPPED) -> bool:
+def shipped_problem(key: str, src: Path, entry: dict, corpus, train_cfg: TrainConfig) -> str | None:
+    """Why the shipped file `src` of `key` (recipe `entry`) is not what SHIPPED_TARGETS says it is,
+    in a few words; None when it is: the recorded sha256, a recipe that agrees with the record, the
+    recorded validation loss in the checkpoint, the recorded loss on the check slice."""
+    known = SHIPPED_TARGETS.get(key)
+    if known is None:
+        return "its key is not in SHIPPED_TARGETS (src/engine/models/train.py)"
+    try:
+        digest = file_sha256(src)
+    except OSError as e:
+        return f"it cannot be read: {e.strerror or e}"
+    if digest != known["sha256"]:
+        return "it fails its checksum (its sha256 is not the one src/engine/models/train.py records)"
+    if entry.get("sha256") != known["sha256"] or entry.get("val_loss") != known["val_loss"]:
+        return "recipe.json disagrees with src/engine/models/train.py (sha256 or val_loss)"
+    ckpt = read_checkpoint(src)
+    if ckpt["val_loss"] != known["val_loss"]:
+        return f"its checkpoint records validation loss {ckpt['val_loss']:.4f}, src/engine/models/train.py {known['val_loss']:.4f}"
+    model, tok = model_from_checkpoint(ckpt)
+    got = check_loss(model, tok, corpus, train_cfg)
+    if not abs(got - known["check_loss"]) <= CHECK_TOL:
+        return f"its loss on the check slice is {got:.4f} nats/char, recorded {known['check_loss']:.4f}"
+    return None
+
+
+def copy_shipped(key: str, path: Path, folder: Path | None, corpus, train_cfg: TrainConfig) -> bool:
     """Copy the shipped checkpoint of `key` to the cache `path` (sealed); False if none is
-    shipped, or the shipped file's sha256 is not its recipe's (a warning: it is trained instead)."""
+    shipped, or the shipped file is not what it claims (`shipped_problem`: a warning, and the
+    target is trained instead)."""
     if folder is None:
         return False
     src = folder / path.name
     entry = shipped_recipes(folder).get(key)
     if entry is None or not src.is_file():
         return False
-    if file_sha256(src) != entry["sha256"]:
-        log.warning("the shipped target %s fails its checksum (%s): training it instead", key, src)
+    problem = shipped_problem(key, src, entry, corpus, train_cfg)
+    if problem:
+        log.warning("the shipped target %s (%s) is not what it claims: %s; training it instead", key, src, problem)
         return False
     with atomic_path(path) as tmp:
         shutil.copyfile(src, tmp)
     seal(path)
     log.info("target %s: the shipped checkpoint (validation loss %.4f nats/char; `make retrain-default` "
-             "retrains and compares)", key, entry["val_loss"])
+             "retrains and compares)", key, SHIPPED_TARGETS[key]["val_loss"])
     return True
 
 
@@ -249,10 +362,12 @@ def get_target(corpus, model_kwargs: dict, train_cfg: TrainConfig, seed: int, ca
     server instead, so the same key always means the same bytes."""
     tok, mcfg, key, path = _target_spec(corpus, model_kwargs, train_cfg, seed, cache_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
+    fresh = False   # copied (and checked) or trained by this call: its loss on the check slice is known good
     with file_lock(str(path) + ".lock", f"target {key} (another process may be training it)", TRAINING_WAIT_S):
-        if not path.is_file() and train_if_missing and copy_shipped(key, path, shipped):
-            pass
+        if not path.is_file() and train_if_missing and copy_shipped(key, path, shipped, corpus, train_cfg):
+            fresh = True
         elif not path.is_file():
+            fresh = True
             if not train_if_missing:
                 raise SpecsweepError(f"target {key} is not in the cache {path.parent} and this process may not train it")
             train_text, val_text = corpus.split(train_cfg.val_fraction)
@@ -272,8 +387,11 @@ def get_target(corpus, model_kwargs: dict, train_cfg: TrainConfig, seed: int, ca
             log.info("trained target %s in %.0f s: validation loss %.4f nats/char", key, secs, val_loss)
             save_checkpoint(path, {"model_config": asdict(mcfg), "state_dict": model.state_dict(),
                                    "vocab": tok.chars, "val_loss": val_loss, "train_seconds": secs,
-                                   "n_params": model.n_params()})
+                                   "n_params": model.n_params(),
+                                   "check_loss": check_loss(model, tok, corpus, train_cfg)})
     digest = verify_checkpoint(path)
     ckpt = read_checkpoint(path)
     model, tok = model_from_checkpoint(ckpt)
+    if not fresh:
+        check_recorded_loss(path, key, digest, ckpt, model, tok, corpus, train_cfg)
     return TrainedTarget(model, tok, key, float(ckpt["val_loss"]), path, digest)

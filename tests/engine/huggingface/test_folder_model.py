@@ -4,13 +4,15 @@ checkpoints with random weights, made here (no hub), run the tool's chain and tr
 
 Exactness per position: the chars the loop emits on each architecture, position by position
 given the emitted prefix, against the model's exact distribution (a chi-square test per
-position at p < ALPHA = 1e-4; 7 loops (3 architectures with the bigram, Llama over the static
-cache engine=compiled uses, 2 with the int8 copy, a tree on Llama) x 6 positions: a correct loop
-fails with probability < 0.5%). The negative controls: an adapter that does not rewind its cache
-after a rejection (a DynamicCache not cropped, a static cache whose write count is not set
-back), and a tree mask handed over as 0/1 instead of 0/-inf: the same test must reject each at
-p < 1e-6; the first's cached passes, and those of a tree whose accepted path is not moved in the
-cache, differ from the full forward. The compiled engine on Llama: its passes equal the full
+position at p < ALPHA = 1e-4; 8 loops (3 architectures with the bigram, Llama over its
+DynamicCache and over the static cache engine=compiled uses again in the rewind's fast test, 2
+with the int8 copy, a tree on Llama) x 6 positions: a correct loop fails with probability < 0.5%).
+The negative controls: the production code with its rewind removed (a DynamicCache not cropped,
+a static cache whose write count is not set back), on the Llama checkpoint, where a stale cache
+moves the law by more than 0.1 (asserted: GPT-2's random weights at their initial scale move it
+by at most 0.005 and could not fail a rewind test), and a tree mask handed over as 0/1 instead of
+0/-inf: the same test must reject each at p < 1e-6; the first's cached passes, and those of a
+tree whose accepted path is not moved in the cache, differ from the full forward. The compiled engine on Llama: its passes equal the full
 forward and its greedy loops eager decoding (GPT-2's compiled trials: tests/trial/test_folder_target.py).
 """
 from __future__ import annotations
@@ -99,10 +101,10 @@ class NoRewindStatic(HFModel):
             super().set_write_count(0)
 
 
-def cached_vs_full(model, ids: list[int]) -> float:
-    """Largest |logit difference| between the cached passes of a loop that rewinds (5 drafts
-    rejected, then a pass of 4 from the same position: a stale entry stays in the slot after it)
-    and one full forward over the ids those passes saw."""
+def cached_vs_full(model, ids: list[int], probs: bool = False) -> float:
+    """Largest |logit difference| (probs: |probability difference|) between the cached passes of a
+    loop that rewinds (5 drafts rejected, then a pass of 4 from the same position: a stale entry
+    stays in the slot after it) and one full forward over the ids those passes saw."""
     P = 8
     model.setup_cache()
     pos = torch.arange(len(ids))
@@ -112,6 +114,8 @@ def cached_vs_full(model, ids: list[int]) -> float:
         got = model(torch.tensor([ids[P:P + 4]]), pos[P:P + 4])            # the rewind: position P again
         with model.cache_set_aside():
             want = model(torch.tensor([ids[:P + 4]]))[:, P:]
+    if probs:
+        got, want = torch.softmax(got, -1), torch.softmax(want, -1)
     return (got - want).abs().max().item()
 
 
@@ -233,22 +237,42 @@ def test_the_loop_keeps_the_models_law_at_every_position(tiny, checkpoints, arch
         assert pv > ALPHA, f"{arch}: position {m} p = {pv:.2e}"
 
 
-@pytest.mark.slow
-def test_the_loop_over_a_static_cache_keeps_the_models_law(tiny, checkpoints):
-    cfg, _, target = tiny
-    model, tok = load_checkpoint(checkpoints["llama"])
-    model.use_static_cache()
-    for m, pv in loop_law(model, bigram(tiny, model), tok.encode(cfg.prompt).tolist(), 2, 6, 600):
-        assert pv > ALPHA, f"static cache: position {m} p = {pv:.2e}"
+REWIND_RUNS = 200   # loops per law test of the rewind on Llama: about 2 s; the missing rewind is caught at
+# p ~ 1e-9 there (600 runs: below 1e-200), the loop that rewinds passes at p > 0.05 at every position
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("broken_cls", [NoRewind, NoRewindStatic])
-def test_the_law_test_catches_a_cache_that_is_not_rewound(tiny, checkpoints, broken_cls):
-    cfg, _, target = tiny
+def missing_rewind(monkeypatch, cache: str) -> None:
+    """The production code with its rewind removed: the DynamicCache never cropped (hf_model.rewind a
+    no-op), or the static cache's write count set back for a new sequence only, never after a
+    rejection (engine=compiled's rewind)."""
+    from src.engine import hf_model
+    if cache == "dynamic":
+        monkeypatch.setattr(hf_model, "rewind", lambda c, length: None)
+    else:
+        real = HFModel.set_write_count
+        monkeypatch.setattr(HFModel, "set_write_count", lambda self, start: real(self, 0) if start == 0 else None)
+
+
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
+def test_a_loop_that_does_not_rewind_its_cache_is_caught_on_a_rotary_checkpoint(tiny, checkpoints, monkeypatch, cache):
+    """The rewind's guard, on the eager adapter's DynamicCache and engine=compiled's static cache
+    (run eager: the compiled graph runs over the same cache, its rewind set outside it). It runs on
+    the Llama checkpoint (rotary positions, weights drawn wide), where a stale cache changes the law:
+    without the rewind, the pass after 5 rejected drafts moves some probability by more than 0.1
+    (the precondition, asserted: a checkpoint where stale entries move them by at most 0.005, as
+    GPT-2's random weights at their initial scale do, could not fail this test). The loop that
+    rewinds keeps the model's law at every position (p > ALPHA); with the rewind removed from the
+    production code (`missing_rewind`) the same test rejects it at p < 1e-6."""
+    cfg, corpus, target = tiny
     model, tok = load_checkpoint(checkpoints["llama"])
-    broken = broken_cls(model.hf)
-    results = loop_law(broken, bigram(tiny, broken), tok.encode(cfg.prompt).tolist(), 2, 6, 600)
+    if cache == "static":
+        model.use_static_cache()
+    prompt = tok.encode(cfg.prompt).tolist()
+    for m, pv in loop_law(model, bigram(tiny, model), prompt, 2, 6, REWIND_RUNS):
+        assert pv > ALPHA, f"{cache} cache: position {m} p = {pv:.2e}"
+    missing_rewind(monkeypatch, cache)
+    assert cached_vs_full(model, target.tokenizer.encode(corpus.text[:40]).tolist(), probs=True) > 0.1
+    results = loop_law(model, bigram(tiny, model), prompt, 2, 6, REWIND_RUNS)
     assert min(pv for _, pv in results) < 1e-6, results
 
 
@@ -418,3 +442,86 @@ def test_the_sparse_bigram_is_the_dense_one_and_a_subword_vocabulary_needs_no_ta
     assert big.sparse and big.describe()["table_bytes"] < 10 * 2 ** 20          # not the 10 GB of V x V
     row = big.next_probs([123], 1.0)
     assert len(row) == 50257 and abs(sum(row) - 1) < 1e-4
+
+
+def save_folder(folder, model, chars):
+    """`model` (random weights) and a char tokenizer of `chars`, as save_pretrained writes them."""
+    model.save_pretrained(folder)
+    char_tokenizer(chars).save_pretrained(folder)
+    return folder
+
+
+def encoders(tmp_path, chars):
+    """name -> folder of a tiny checkpoint that is not a causal LM, and two that are (BERT as a
+    decoder, a causal XLM): random weights at the architectures' own initial scale."""
+    t = _transformers()
+    torch.manual_seed(0)
+    bert = dict(vocab_size=len(chars), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                intermediate_size=64, max_position_embeddings=96)
+    xlm = dict(vocab_size=len(chars), emb_dim=32, n_layers=2, n_heads=4, max_position_embeddings=96, is_decoder=True)
+    models = {"bert_mlm": t.BertForMaskedLM(t.BertConfig(**bert)),              # an encoder, saved as one
+              "bert_encoder": t.BertLMHeadModel(t.BertConfig(**bert)),          # bert's causal class, is_decoder false
+              "xlm_bidirectional": t.XLMWithLMHeadModel(t.XLMConfig(causal=False, **xlm)),   # says is_decoder, attends both ways
+              "bert_decoder": t.BertLMHeadModel(t.BertConfig(is_decoder=True, **bert)),
+              "xlm_causal": t.XLMWithLMHeadModel(t.XLMConfig(causal=True, **xlm))}
+    return {name: save_folder(tmp_path / name, m, chars) for name, m in models.items()}
+
+
+def test_a_model_that_is_not_a_causal_lm_is_refused_by_its_config_or_its_prefix_test(tiny, tmp_path, checkpoints):
+    """A folder is measured only if its config says it decodes causally (an encoder saved as
+    BertForMaskedLM, a bert whose config does not say is_decoder: true: refused before any weight
+    is read) and the loaded model passes the prefix test: its logits at earlier positions stay
+    within PREFIX_RTOL of their scale when tokens are appended (an XLM with causal=false says
+    is_decoder but attends both ways: refused when loaded). BERT as a decoder, a causal XLM and
+    the GPT-2, Llama and Qwen2 checkpoints load, their prefix change at rounding level."""
+    from src.engine.huggingface.folder_model import PREFIX_RTOL, check_folder, prefix_change
+    _, _, target = tiny
+    folders = encoders(tmp_path, target.tokenizer.chars)
+    for name, message in (("bert_mlm", "saved as BertForMaskedLM, not a causal LM"),
+                          ("bert_encoder", "decodes causally only as a decoder, and its config does not say "
+                                           "is_decoder: true")):
+        with pytest.raises(SpecsweepError, match=message):
+            check_folder(folders[name])                     # the config alone: before any weight is read
+    check_folder(folders["xlm_bidirectional"])              # its config says is_decoder ...
+    with pytest.raises(SpecsweepError, match=r"not a causal LM: appending tokens moves the logits at earlier "
+                                             r"positions by [0-9.]+e-0[0-3] of their scale"):
+        load_checkpoint(folders["xlm_bidirectional"])       # ... its prefix test says otherwise
+    for folder in (folders["bert_decoder"], folders["xlm_causal"], *checkpoints.values()):
+        model, tok = load_checkpoint(folder)
+        assert prefix_change(model.hf, tok.vocab_size, model.cfg.block_size) < PREFIX_RTOL / 10, folder.name
+
+
+def test_an_unreadable_checkpoint_folder_or_file_is_refused_in_one_line(checkpoints, tmp_path, monkeypatch):
+    """A folder without read permission, or a weights file in it, is refused before anything is
+    loaded (PermissionError, not a traceback). Root reads any file whatever its mode: there the
+    denial is simulated where the check asks (os.access for the folder, open for the file); as
+    another user the modes are set for real too."""
+    import builtins
+    import os
+    import shutil
+    from src.engine import hf_model
+    folder = tmp_path / "llama"
+    shutil.copytree(checkpoints["llama"], folder)
+    weights = folder / "model.safetensors"
+    real_access, real_open = os.access, builtins.open
+    monkeypatch.setattr(hf_model.os, "access", lambda p, mode: False if str(p) == str(folder) else real_access(p, mode))
+    with pytest.raises(SpecsweepError, match="cannot be read \\(permission denied\\)"):
+        load_checkpoint(folder)
+    monkeypatch.setattr(hf_model.os, "access", real_access)
+
+    def denied(path, *args, **kwargs):
+        if str(path) == str(weights):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, *args, **kwargs)
+    monkeypatch.setattr(builtins, "open", denied)
+    with pytest.raises(SpecsweepError, match="model.safetensors cannot be read \\(Permission denied\\)"):
+        load_checkpoint(folder)
+    monkeypatch.setattr(builtins, "open", real_open)
+    if os.geteuid() != 0:
+        for path, message in ((weights, "model.safetensors cannot be read"), (folder, "permission denied")):
+            path.chmod(0)
+            try:
+                with pytest.raises(SpecsweepError, match=message):
+                    load_checkpoint(folder)
+            finally:
+                path.chmod(0o700 if path.is_dir() else 0o600)
