@@ -3,8 +3,9 @@
 An interval for a cell's median read off its pooled pairs (order statistics) treats all pairs of
 all its seeds as draws from one distribution. That holds the timing noise of each trial's own text, but not the sampling noise of
 the texts: a seed draws its own text, and its chars per pass (so its speedup) moves with it
-(docs/results.md gives the seed-to-seed spread of chars per pass in the policies sweep). Two arms
-whose pooled intervals do not overlap can still be one arm's lucky seeds;
+(docs/results-history.md, "The whole grid" of the policies, gives the seed-to-seed spread of chars
+per pass in the policies sweep). Two arms whose pooled intervals do not overlap can still be one
+arm's lucky seeds;
 tests/analysis/test_seed_bootstrap.py measures how often the overlap rule calls equal arms apart.
 
 Here a replicate of a cell's speedup resamples its seeds with replacement, then each drawn seed's

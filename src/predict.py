@@ -72,8 +72,9 @@ the time (tests/analysis/test_prediction_interval.py): a little short of 95%, as
 sequences and of a median over 15 rounds is. What changes from one run of the probes to the next
 (the machine's state, compiled graphs, memory layout) is not in one run's interval: on the 2-core
 machine two runs of the same probes moved a prediction by up to 8%, and a compiled batch draft's c
-by 20% (docs/results.md). `--runs R` runs the probes R times, one run after another over every
-regime (or every validated cell), so each regime's runs are spread over the whole command; run r
+by 20% (docs/results-history.md, "Per regime, ten seeds" and "The batch's drafting in the loop's
+order"). `--runs R` runs the probes R times, one run after another over every regime (or every
+validated cell), so each regime's runs are spread over the whole command; run r
 samples its sequences from seed + r seqs (`probe_seed`). Every value printed is then the median
 over the runs (`combine_runs`: one run caught in a slow or fast spell does not move the
 prediction), and the interval is that of the runs' replicates pooled, so the spread between runs

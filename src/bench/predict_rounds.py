@@ -9,8 +9,9 @@ every trial is timed anew), and after each round comes one probe run of every ce
 round (src.predict --validate with one probe run per round: run r right after round r,
 `validate_sweep`'s `between`). The trials and the probes that
 predict them then sample the machine in the same stretch of time: on the 2-core machine a draft's
-in-loop cost moved by 20% within minutes (docs/results.md), so probes run after a whole sweep are
-judged against trials run in other spells. Nothing of the sweep enters a prediction: the probes
+in-loop cost moved by 20% within minutes (docs/results-history.md, "Three probe runs, seeds
+outermost"), so probes run after a whole sweep are judged against trials run in other spells.
+Nothing of the sweep enters a prediction: the probes
 sample their own sequences (`probe_seed`) and time their own rounds. At the end, src.predict's
 validation report over every round's trials (the rounds' sweeps read as one, `load_sweeps`), with
 when each round ran and how long after it its probe run began.
