@@ -494,12 +494,12 @@ def check_window(workload: WorkloadSpec, k: int, window: int, unit: str = "chars
     if need <= window:
         return
     p: Prompt = workload.prompts[i]
+    tokens = " tokens" if unit == "tokens" else ""
     name = "prompt" if p.where == "the prompt" else f"the longest prompt ({p.where})"
-    raise SpecsweepError(f"{name} ({lengths[i]} {unit}) + n_chars ({p.n_chars}) + k ({k}) = {need} {unit} exceeds "
-                         f"{whose} context window of {window}: " + ("use a shorter prompt, fewer n_chars or a smaller k"
-                                                                     if p.where == "the prompt" else
-                                                                     "shorten it, lower its n_chars, or use a model "
-                                                                     "with a longer window"))
+    raise SpecsweepError(f"{name} ({lengths[i]} {unit}) + n_chars ({p.n_chars}{tokens}) + k ({k}) = {need} {unit} "
+                         f"exceeds {whose} context window of {window}{tokens}: "
+                         + ("use a shorter prompt, fewer n_chars or a smaller k" if p.where == "the prompt" else
+                            "shorten it, lower its n_chars, or use a model with a longer window"))
 
 
 LIBRARY_POLICIES = ("fixed", "heuristic", "confidence")   # those with a counterpart in transformers

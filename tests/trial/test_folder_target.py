@@ -351,6 +351,6 @@ def test_a_workload_on_a_subword_model_counts_tokens(tiny, subword_folder, tmp_p
     spec = trial_spec(folder_cfg(tiny, subword_folder, "draft=bigram", "k=2", "n_chars=12", "workload=file",
                                  f"workload.path={long}"))
     with pytest.raises(SpecsweepError, match=r"the longest prompt \(line 1 of long.jsonl\) \(\d+ tokens\) \+ "
-                                             r"n_chars \(12\) \+ k \(2\) = \d+ tokens exceeds the model's context "
-                                             r"window of 48"):
+                                             r"n_chars \(12 tokens\) \+ k \(2\) = \d+ tokens exceeds the model's "
+                                             r"context window of 48 tokens"):
         check_inputs(spec)

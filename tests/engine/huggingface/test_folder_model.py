@@ -245,7 +245,7 @@ def missing_rewind(monkeypatch, cache: str) -> None:
     """The production code with its rewind removed: the DynamicCache never cropped (hf_model.rewind a
     no-op), or the static cache's write count set back for a new sequence only, never after a
     rejection (engine=compiled's rewind)."""
-    from src.engine import hf_model
+    import src.engine.huggingface.folder_model as hf_model
     if cache == "dynamic":
         monkeypatch.setattr(hf_model, "rewind", lambda c, length: None)
     else:
@@ -454,7 +454,7 @@ def save_folder(folder, model, chars):
 def encoders(tmp_path, chars):
     """name -> folder of a tiny checkpoint that is not a causal LM, and two that are (BERT as a
     decoder, a causal XLM): random weights at the architectures' own initial scale."""
-    t = _transformers()
+    t = offline_transformers()
     torch.manual_seed(0)
     bert = dict(vocab_size=len(chars), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                 intermediate_size=64, max_position_embeddings=96)
@@ -499,7 +499,7 @@ def test_an_unreadable_checkpoint_folder_or_file_is_refused_in_one_line(checkpoi
     import builtins
     import os
     import shutil
-    from src.engine import hf_model
+    import src.engine.huggingface.folder_model as hf_model
     folder = tmp_path / "llama"
     shutil.copytree(checkpoints["llama"], folder)
     weights = folder / "model.safetensors"
