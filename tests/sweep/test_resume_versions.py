@@ -54,7 +54,7 @@ def test_a_docs_commit_resumes_and_a_code_change_reruns(tmp_path):
     (repo / "docs" / "sweeps.md").write_text((repo / "docs" / "sweeps.md").read_text() + "\nA new sentence.\n")
     git(repo, "commit", "-qam", "docs only")
     assert "1 cells: 1 done, 0 to run" in sweep()                       # a new commit, the same computation
-    engine = repo / "src" / "engine" / "decode.py"
+    engine = repo / "src" / "engine" / "decoding" / "decode.py"
     engine.write_text(engine.read_text() + "\n# a change to the code that computes\n")
     assert "1 cells: 0 done, 1 to run" in sweep()                       # uncommitted, and it computes: rerun
 
