@@ -6,7 +6,6 @@ from pathlib import Path
 import json
 import os
 import shutil
-import subprocess
 import sys
 
 import pytest
@@ -18,8 +17,12 @@ from src.engine.models.corpus import synthetic_text
 from src.engine.drafts import BigramDraft
 from src.trial.load import build_draft, load_target
 from src.trial.spec import trial_spec
+from tests.commands import run_command
 
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
+# training in the tests (the tiny target, drafts; in this process and the commands it runs) on one
+# thread: each pytest-xdist worker trains on a core of its own (src/engine/models/train.py: all_cores)
+os.environ.setdefault("SPECSWEEP_TRAIN_THREADS", "1")
 PROMPT = "the cat "
 
 
@@ -235,7 +238,7 @@ def smoke_stores(tmp_path_factory):
             for n_jobs in (2, 1):
                 store = root / f"smoke{n_jobs}" / "store"
                 store.mkdir(parents=True)
-                proc = subprocess.run(smoke_cmd(store, n_jobs), cwd=REPO, capture_output=True, text=True, timeout=600)
+                proc = run_command(smoke_cmd(store, n_jobs), cwd=REPO, capture_output=True, text=True, timeout=600)
                 assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
                 out[n_jobs] = (f"sqlite:///{store}/mlflow.db", proc.stdout + proc.stderr)
             done.write_text(json.dumps(out))

@@ -6,7 +6,6 @@ repository's own mlruns/ is never touched.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -29,6 +28,7 @@ from analysis.tables import joint_lower, verdict
 from src.engine.errors import SpecsweepError
 
 from src.paths import REPO  # noqa: E402
+from tests.commands import run_command
 CELLS = [(d, k) for d in sorted(fx.DRAFTS) for k in fx.K]
 
 
@@ -496,7 +496,7 @@ def test_missing_store_is_refused_without_creating_one(tmp_path):
 @pytest.mark.slow
 def test_cli_absent_sweep_exits_2_with_one_error_line(planted):
     env = {**os.environ, "MLFLOW_TRACKING_URI": planted.uri}
-    proc = subprocess.run([sys.executable, "-m", "analysis.report", "--sweep-id", "nosuch", "--tracking-uri",
+    proc = run_command([sys.executable, "-m", "analysis.report", "--sweep-id", "nosuch", "--tracking-uri",
                            planted.uri, "--experiment", fx.EXPERIMENT, "--no-log-artifacts"],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2

@@ -25,6 +25,7 @@ pytestmark = pytest.mark.slow
 LATE_DRAFT = '''
 from src.engine.drafts import BigramDraft
 from src.engine.errors import SpecsweepError
+from tests.commands import run_command
 
 class LateDraft(BigramDraft):
     """A draft that checks its option only when built: after the target has trained."""
@@ -65,7 +66,7 @@ def run_cli(world: Path, case: Path, multirun: bool, *args: str, module: str = "
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(world / "plugins")]))
     env.pop("MLFLOW_TRACKING_URI", None)
     cmd = [sys.executable, "-m", module, *(["-m"] if multirun else []), *base, *args]
-    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
+    return run_command(cmd, cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
 
 
 def refused_before_work(proc, case: Path, message: str, store_before: bytes | None = None) -> list[str]:

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from tests.conftest import compose_cfg
 from src.paths import REPO  # noqa: E402
 from src.trial.spec import trial_spec
 from src.trial.trial import run_trial
+from tests.commands import run_command
 
 
 @pytest.mark.parametrize("override,message", [
@@ -54,7 +54,7 @@ def test_corpus_too_small_for_the_window(tmp_path):
 
 
 def _cli(*args, cwd=REPO):
-    return subprocess.run([sys.executable, "-m", "src.run", *args], cwd=cwd, capture_output=True, text=True,
+    return run_command([sys.executable, "-m", "src.run", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=300)
 
 

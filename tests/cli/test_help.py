@@ -3,14 +3,14 @@ groups and the main keys with the values in force (the composed config's, overri
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 
 from src.paths import CONF_DIR, REPO, SWEEPS_DIR
+from tests.commands import run_command
 
 
 def help_text(*overrides: str) -> str:
-    proc = subprocess.run([sys.executable, "-m", "src.run", *overrides, "--help"], cwd=REPO, capture_output=True,
+    proc = run_command([sys.executable, "-m", "src.run", *overrides, "--help"], cwd=REPO, capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc.stdout

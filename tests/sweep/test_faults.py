@@ -20,6 +20,7 @@ from tests.sweep.test_resilience import running_trial
 HOLD = """
 import sys, time
 from filelock import FileLock
+from tests.commands import run_command
 lock = FileLock(sys.argv[1]); lock.acquire(); print("held", flush=True); time.sleep(60)
 """
 
@@ -51,7 +52,7 @@ def test_a_lock_where_no_file_can_be_made_is_refused_at_once():
 def test_an_unwritable_lock_location_ends_the_command_within_its_timeout(tmp_path):
     """The store's folder takes no file (/proc): a sweep that would wait on its lock forever ends in one line."""
     cmd = smoke_cmd(tmp_path, 1, "tracking.uri=sqlite:////proc/specsweep-test/mlflow.db")
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
+    proc = run_command(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
         "error: cannot create the tracking store in /proc/specsweep-test: No such file or directory"]
 
@@ -105,7 +106,7 @@ def test_sigterm_to_the_parent_stops_everything_and_the_rerun_completes(tmp_path
     parent = [r for r in runs if r.data.tags.get("specsweep.kind") == "sweep"][0]
     assert parent.info.status == "KILLED" and "SIGTERM" in parent.data.tags["stopped"]
 
-    rerun = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
+    rerun = run_command(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
     assert trial_statuses(uri).count("FINISHED") == 2
     assert trial_counters(uri) == trial_counters(smoke_stores[1][0], FAULT_CELLS)

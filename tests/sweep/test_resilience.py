@@ -14,6 +14,7 @@ import pytest
 
 from src.engine.atomic import atomic_path, write_text
 from tests.conftest import FAULT_CELLS, FAULT_GRID, REPO, runs_of, smoke_cmd, trial_counters
+from tests.commands import run_command
 
 pytestmark = pytest.mark.slow  # real sweeps and servers: minutes (make test-fast skips them)
 
@@ -128,7 +129,7 @@ def test_killed_trial_fails_alone_and_the_rerun_resumes(tmp_path, smoke_stores):
     parent = [r for r in runs if r.data.tags.get("specsweep.kind") == "sweep"]
     assert len(parent) == 1 and parent[0].info.status == "FAILED"   # closed, not RUNNING forever
 
-    rerun = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
+    rerun = run_command(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
     out2 = rerun.stdout + rerun.stderr
     assert rerun.returncode == 0, out2[-3000:]
     assert "2 cells: 1 done, 1 to run" in out2
@@ -172,7 +173,7 @@ def _one_line_error(proc, message):
 def test_bad_sweep_input_stops_before_writing_anything(tmp_path, override, message):
     store = tmp_path / "store"
     store.mkdir()
-    proc = subprocess.run(smoke_cmd(store, 2, override), cwd=REPO, capture_output=True, text=True, timeout=300)
+    proc = run_command(smoke_cmd(store, 2, override), cwd=REPO, capture_output=True, text=True, timeout=300)
     _one_line_error(proc, message)
     assert not (store / "mlflow.db").exists()                 # no store, no parent run, no trial run
 
@@ -184,7 +185,7 @@ def test_a_host_local_store_with_a_cluster_launcher_is_refused(tmp_path, launche
     store = tmp_path / "store"
     store.mkdir()
     cmd = [c for c in smoke_cmd(store, 1) if not c.startswith("hydra.launcher.n_jobs")]
-    proc = subprocess.run(cmd + [f"hydra/launcher={launcher}"], cwd=REPO, capture_output=True, text=True,
+    proc = run_command(cmd + [f"hydra/launcher={launcher}"], cwd=REPO, capture_output=True, text=True,
                           timeout=300, env={**os.environ, "RAY_ADDRESS": "127.0.0.1:1"})
     _one_line_error(proc, "cannot reach the host-local store")
     assert proc.returncode == 2 and list(store.iterdir()) == []
@@ -192,7 +193,7 @@ def test_a_host_local_store_with_a_cluster_launcher_is_refused(tmp_path, launche
 
 def _single(tiny, tmp_path, *extra, timeout=300):
     cfg, _, _ = tiny
-    return subprocess.run([sys.executable, "-m", "src.run", "model=tiny", "train=quick", f"data.path={cfg.data.path}",
+    return run_command([sys.executable, "-m", "src.run", "model=tiny", "train=quick", f"data.path={cfg.data.path}",
                            f"data.cache_dir={cfg.data.cache_dir}", f"prompt='{cfg.prompt}'", "n_chars=64",
                            "timing.pairs=1", f"hydra.run.dir={tmp_path}/run", *extra],
                           cwd=REPO, capture_output=True, text=True, timeout=timeout)

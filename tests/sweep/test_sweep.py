@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -11,6 +10,7 @@ from hydra import compose, initialize_config_dir
 from tests.conftest import runs_of, smoke_cmd, trial_counters
 
 from src.paths import REPO  # noqa: E402
+from tests.commands import run_command
 
 pytestmark = pytest.mark.slow  # real sweeps and servers: minutes (make test-fast skips them)
 CONF, SWEEPS = REPO / "conf", REPO / "sweeps"
@@ -127,15 +127,17 @@ def test_counters_identical_across_n_jobs(smoke_stores):
 
 def test_a_sweep_over_cells_another_sweep_finished_names_their_runs_and_its_analysis_has_every_cell(
         smoke_stores, tmp_path):
-    """A second sweep whose cells a first sweep finished runs none of them (resume), records the
-    runs it stands on (`reused.<config_hash>` on its parent), and its analysis has every cell it
-    planned: without the record it had none (the runs are tagged with the first sweep's id)."""
+    """A second sweep, under another name, whose cells a first sweep finished runs none of them
+    (resume: a cell is the same cell whatever sweep names it), records the runs it stands on
+    (`reused.<config_hash>` on its parent), and its analysis has every cell it planned: without the
+    record it had none (the runs are tagged with the first sweep's id)."""
     first = Path(smoke_stores[1][0].removeprefix("sqlite:///")).parent            # the first sweep's store
     store = tmp_path / "store"
     shutil.copytree(first, store)                                                 # a copy: the fixture stays as it is
     cache = f"data.cache_dir={first.parent}/cache"    # the first sweep's own: the same configs, the same cells
-    cmd = [cache if a.startswith("data.cache_dir=") else a for a in smoke_cmd(store, 1, "draft=bigram,int8", "k=4")]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
+    cmd = [cache if a.startswith("data.cache_dir=") else a for a in smoke_cmd(store, 1, "draft=bigram,int8", "k=4",
+                                                                                        "sweep_name=another")]
+    proc = run_command(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "2 cells: 2 done, 0 to run" in proc.stdout + proc.stderr
     uri = f"sqlite:///{store}/mlflow.db"
@@ -143,7 +145,7 @@ def test_a_sweep_over_cells_another_sweep_finished_names_their_runs_and_its_anal
     trials = [r for r in runs if r.data.tags.get("specsweep.kind") == "trial"]
     assert len(trials) == 6                                       # nothing ran again
     second = [r for r in runs if r.data.tags.get("specsweep.kind") == "sweep" and r.data.tags["trials_planned"] == "2"]
-    assert len(second) == 1 and second[0].info.status == "FINISHED"
+    assert len(second) == 1 and second[0].info.status == "FINISHED" and second[0].data.tags["sweep_name"] == "another"
     reused = {key.removeprefix("reused."): v for key, v in second[0].data.params.items() if key.startswith("reused.")}
     assert reused == {r.data.tags["config_hash"]: r.info.run_id for r in trials
                       if (r.data.params["draft"], r.data.params["k"]) in {("bigram", "4"), ("int8", "4")}}

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import pytest
 from src.bench import predict_rounds as bp
 from src.engine.errors import SpecsweepError
 from tests.conftest import REPO
+from tests.commands import run_command
 
 
 def test_seeds_are_distinct_integers_in_their_order():
@@ -75,7 +75,7 @@ def test_a_quoted_prompt_composes_back_to_itself():
 ])
 def test_bad_input_is_one_line_and_exit_2_before_any_work(tmp_path, args, says):
     uri = f"sqlite:///{tmp_path}/store/mlflow.db"
-    proc = subprocess.run([sys.executable, "-m", "src.bench.predict_rounds", *args], cwd=REPO, capture_output=True,
+    proc = run_command([sys.executable, "-m", "src.bench.predict_rounds", *args], cwd=REPO, capture_output=True,
                           text=True, timeout=120, env={**os.environ, "MLFLOW_TRACKING_URI": uri})
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.strip().startswith(says) and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
@@ -96,7 +96,7 @@ def test_rounds_and_probe_runs_take_turns_and_the_validation_reads_every_round(s
     uri = f"sqlite:///{tmp_path}/store/mlflow.db"
     (tmp_path / "store").mkdir()
     grid = ["draft=bigram", "k=1", f"data.cache_dir={cache}", "timing.cost_reps=2"]
-    proc = subprocess.run([sys.executable, "-m", "src.bench.predict_rounds", "--sweep", "smoke", "--seeds", "0,1", *grid,
+    proc = run_command([sys.executable, "-m", "src.bench.predict_rounds", "--sweep", "smoke", "--seeds", "0,1", *grid,
                            f"hydra.sweep.dir={tmp_path}/sweep", "--", "--seqs", "2", "--rounds", "2",
                            "--tracking-uri", uri], cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -123,7 +123,7 @@ def test_rounds_and_probe_runs_take_turns_and_the_validation_reads_every_round(s
     with pytest.raises(SpecsweepError, match="twice"):
         load_sweeps(client, DEFAULT_EXPERIMENT, [ids[0], ids[0]])
     # the same trial (bigram, k 1, seed 0) again in a third sweep: the newest run stands for it
-    rerun = subprocess.run(bp.round_command("smoke", [0], [*grid, f"hydra.sweep.dir={tmp_path}/rerun"], uri,
+    rerun = run_command(bp.round_command("smoke", [0], [*grid, f"hydra.sweep.dir={tmp_path}/rerun"], uri,
                                             DEFAULT_EXPERIMENT), cwd=REPO, capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     third = load_sweep(client, DEFAULT_EXPERIMENT).sweep.sweep_id

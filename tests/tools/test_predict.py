@@ -2,7 +2,6 @@
 order and seeds, and the command line's refusals. No wall-clock time is asserted."""
 from __future__ import annotations
 
-import subprocess
 import sys
 
 import numpy as np
@@ -11,6 +10,7 @@ import pytest
 from src.engine.measuring.formula import Overheads
 
 from tests.conftest import REPO
+from tests.commands import run_command
 
 
 # ---- the command -------------------------------------------------------------------------------
@@ -49,7 +49,7 @@ def test_predict_regimes_on_the_tiny_model(tiny, capsys):
                                         (["--validate", "--tracking-uri", "sqlite:////nonexistent/x.db"],
                                          "error: no tracking store")])
 def test_cli_bad_input_is_one_line_and_exit_2(args, says):
-    proc = subprocess.run([sys.executable, "-m", "src.predict", *args], cwd=REPO, capture_output=True,
+    proc = run_command([sys.executable, "-m", "src.predict", *args], cwd=REPO, capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.strip().startswith(says) and len(proc.stderr.strip().splitlines()) == 1, proc.stderr

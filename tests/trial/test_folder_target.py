@@ -5,7 +5,6 @@ before any work."""
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 
 import pytest
@@ -17,6 +16,7 @@ from src.export import main as export_main
 from src.trial.spec import trial_spec
 from src.trial.trial import run_trial
 from tests.conftest import REPO, compose_cfg
+from tests.commands import run_command
 
 COUNTERS = ["acceptance", "position_acceptance", "chars_per_pass", "target_passes", "draft_calls", "proposed",
             "accepted", "acceptance_pos_1", "acceptance_pos_2"]   # counts and their ratios: exactly equal
@@ -95,7 +95,7 @@ def test_the_command_line_refuses_bad_folder_input_in_one_line_before_any_work(t
     cases += damaged_folders(tiny, export_dir, tmp_path)
     for extra, message in cases:
         flags = [a for a in extra if a == "-m"]                            # -m before the overrides
-        proc = subprocess.run(base[:3] + flags + base[3:] + [a for a in extra if a != "-m"], cwd=REPO,
+        proc = run_command(base[:3] + flags + base[3:] + [a for a in extra if a != "-m"], cwd=REPO,
                               capture_output=True, text=True, timeout=300)
         lines = [line for line in proc.stderr.splitlines() if line.strip()]
         assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], \
@@ -155,7 +155,7 @@ def test_a_sweep_over_a_tiny_llama_from_a_folder(tiny, tmp_path):
     offline_transformers().AutoModelForCausalLM.from_config(tiny_config("llama", target.tokenizer.vocab_size)).save_pretrained(folder)
     char_tokenizer(target.tokenizer.chars).save_pretrained(folder)
     uri = f"sqlite:///{tmp_path}/store/mlflow.db"
-    proc = subprocess.run([sys.executable, "-m", "src.run", "-m", "model=hf", f"model.path={folder}",
+    proc = run_command([sys.executable, "-m", "src.run", "-m", "model=hf", f"model.path={folder}",
                            "draft=bigram,ngram", "k=1,2", "n_chars=24", "timing.pairs=1", "timing.cost_reps=2",
                            "timing.cost_width=null", f"data.path={cfg.data.path}", f"data.cache_dir={tmp_path}/cache",
                            "prompt='the cat '", f"tracking.uri={uri}", f"hydra.sweep.dir={tmp_path}/sweep"],
@@ -255,7 +255,7 @@ def test_a_draft_with_another_tokenizer_is_refused_in_one_line_before_any_work(t
     char_tokenizer(list(reversed(target.tokenizer.chars))).save_pretrained(other)   # the same chars, other ids
     store = tmp_path / "store"
     for target_args in ([], ["model=hf", f"model.path={export_dir}"]):     # the tool's target, and one from a folder
-        proc = subprocess.run([sys.executable, "-m", "src.run", *target_args, "draft=hf_model",
+        proc = run_command([sys.executable, "-m", "src.run", *target_args, "draft=hf_model",
                                f"draft.model.path={other}", "model=tiny" if not target_args else "k=2",
                                "train=quick", f"data.path={cfg.data.path}", f"data.cache_dir={cfg.data.cache_dir}",
                                f"tracking.uri=sqlite:///{store}/mlflow.db", f"hydra.run.dir={tmp_path}/run", "n_chars=32",

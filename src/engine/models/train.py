@@ -275,13 +275,22 @@ def target_location(corpus, model_kwargs: dict, train_cfg: TrainConfig, seed: in
 
 @contextmanager
 def all_cores():
-    """Training runs on every core, whatever thread cap the caller's trials use."""
+    """Training runs on every core, whatever thread cap the caller's trials use; at most
+    SPECSWEEP_TRAIN_THREADS of them where that is set (the tests set 1: each of their workers trains
+    on a core of its own, instead of two workers' threads taking turns on both)."""
     before = torch.get_num_threads()
-    torch.set_num_threads(os.cpu_count() or 1)
+    torch.set_num_threads(training_threads())
     try:
         yield
     finally:
         torch.set_num_threads(before)
+
+
+def training_threads() -> int:
+    """The threads training uses: every core, or SPECSWEEP_TRAIN_THREADS (an integer >= 1) if fewer."""
+    cores = os.cpu_count() or 1
+    cap = os.environ.get("SPECSWEEP_TRAIN_THREADS", "").strip()
+    return min(cores, int(cap)) if cap.isdigit() and int(cap) >= 1 else cores
 
 
 def recipe(key: str, corpus_sha: str, model_cfg: dict, train_cfg: TrainConfig, seed: int, ckpt: dict,

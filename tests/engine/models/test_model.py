@@ -46,3 +46,20 @@ def test_forward_with_cache_requires_positions():
         assert "input_pos" in str(e)
     else:
         raise AssertionError("forward without positions must be refused while a cache is set up")
+
+
+def test_training_runs_on_every_core_unless_capped(monkeypatch):
+    """all_cores: every core, or SPECSWEEP_TRAIN_THREADS of them (the tests' cap), and the caller's
+    thread count back afterwards."""
+    import os
+    from src.engine.models.train import all_cores
+    cores = os.cpu_count() or 1
+    torch.set_num_threads(1)
+    for cap, expected in ((None, cores), ("1", 1), (str(cores + 5), cores), ("none", cores), ("0", cores)):
+        if cap is None:
+            monkeypatch.delenv("SPECSWEEP_TRAIN_THREADS", raising=False)
+        else:
+            monkeypatch.setenv("SPECSWEEP_TRAIN_THREADS", cap)
+        with all_cores():
+            assert torch.get_num_threads() == expected, cap
+        assert torch.get_num_threads() == 1
