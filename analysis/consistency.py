@@ -6,11 +6,12 @@ verify pass of k + 1 chars at each k, the baseline's pass count at every seed. W
 disagree beyond what timing noise does, a cell was measured wrong (the machine changed under
 it, say), whatever its interval says: the interval covers the pairs of one run, not the run.
 
-- **verify**: for the same draft, policy, tree, engine, batch and target, a verify pass of more
+- **verify**: for the same draft, policy, tree, engine, batch, target and workload (a pass's cost
+  grows with the context it reads, and workloads' prompts differ in length), a verify pass of more
   chars (a larger k) costs less than one of fewer chars by more than VERIFY_TOL: both cells of
   the pair are flagged (which one is wrong the sweep cannot tell).
 - **target pass**: a cell whose one-char target pass (median over its seeds) lies farther than
-  TARGET_TOL from the median over the sweep's cells of the same target, engine and batch.
+  TARGET_TOL from the median over the sweep's cells of the same target, engine, batch and workload.
 - **counters**: a counter that must be the same at every seed of a cell (MATCHING_COUNTERS: the
   baseline's target passes, n_chars at batch 1) differs among its seeds.
 
@@ -33,8 +34,8 @@ VERIFY_TOL = 0.10   # a wider verify pass may come out cheaper by at most 10%: c
 TARGET_TOL = 0.20   # a cell's one-char pass within 20% of the sweep's median: the same computation in every cell;
 # the issue's cells measured 10-32% slow when the machine changed under them
 MATCHING_COUNTERS = ("baseline_passes",)
-VERIFY_GROUP = ["draft_name", "draft_options", "policy", "tree", "engine", "batch", "target_key"]  # all but k
-TARGET_GROUP = ["target_key", "engine", "batch"]
+VERIFY_GROUP = ["draft_name", "draft_options", "policy", "tree", "engine", "batch", "target_key", "workload"]  # all but k
+TARGET_GROUP = ["target_key", "engine", "batch", "workload"]
 FLAG_COLUMNS = [*CELL, "check", "reason"]
 
 
@@ -177,7 +178,7 @@ def _overrides(text: str) -> list[str]:
     return OVERRIDE.findall(text or "")
 
 
-CELL_KEYS = ("draft", "k", "engine", "batch", "policy", "verify", "verify.widths", "resume")
+CELL_KEYS = ("draft", "k", "engine", "batch", "policy", "verify", "verify.widths", "workload", "resume")
 
 
 def rerun_commands(flags: pd.DataFrame, finished: pd.DataFrame, sweep: Sweep) -> list[str]:
@@ -195,14 +196,16 @@ def rerun_commands(flags: pd.DataFrame, finished: pd.DataFrame, sweep: Sweep) ->
     for draft, k in cells:
         p = parts.loc[draft]
         groups.setdefault(tuple(p.get(c, "") for c in ("draft_name", "draft_options", "policy", "tree", "engine",
-                                                        "batch")), []).append(k)
+                                                        "batch", "workload")), []).append(k)
     lines = []
-    for (name, options, policy, tree, engine, batch), ks in groups.items():
+    for (name, options, policy, tree, engine, batch, workload), ks in groups.items():
         options = dict(o.split("=", 1) for o in str(options or "").split(",") if "=" in o)
         own = [f"draft={name}", *(f"draft.{o}={v}" for o, v in options.items()),
                f"k={','.join(map(str, sorted(ks)))}", f"engine={engine}", f"batch={int(batch)}", f"policy={policy}"]
         if tree:
             own += ["verify=tree", f"verify.widths=[{str(tree).replace('-', ',')}]"]
+        if isinstance(workload, str) and workload:
+            own.append(f"workload={workload}")
         replaced = set(CELL_KEYS) | {f"draft.{o}" for o in options}
         kept = [o for o in _overrides(sweep.command_overrides) if o.split("=", 1)[0].lstrip("+~") not in replaced]
         lines.append(" ".join(base + [shlex.quote(o) for o in kept + own + ["resume=false"]]))

@@ -138,10 +138,11 @@ def flatten(d: dict, prefix: str = "") -> dict:
 
 
 def trial_config(cfg: DictConfig) -> dict:
-    """The resolved trial config without Hydra's own node, where it is tracked and the sweep it is in."""
+    """The resolved trial config without Hydra's own node, where it is tracked and the sweep it is in
+    (its name too: a cell is the same cell whatever sweep names it, so a sweep resumes on another's runs)."""
     # the other nodes are dropped before resolving: Hydra's node interpolates the HydraConfig, which a
     # process outside a Hydra job (a Ray driver recording a job lost on the cluster) does not have
-    kept = [key for key in cfg.keys() if key not in ("hydra", "tracking", "sweep", "resume")]
+    kept = [key for key in cfg.keys() if key not in ("hydra", "tracking", "sweep", "sweep_name", "resume")]
     out = OmegaConf.to_container(OmegaConf.masked_copy(cfg, kept), resolve=True)
     workload = out.get("workload") or {}
     if workload.get("name") == "file" and isinstance(workload.get("path"), str):

@@ -176,3 +176,23 @@ def test_the_answer_per_regime_marks_a_best_cell_that_is_flagged_in_its_regime()
     flagged = answer.set_index(["engine", "draft"])
     assert flagged.loc[("eager", "bigram"), "best k"] == 2 and flagged.loc[("eager", "bigram"), "flagged"] == "verify"
     assert (answer["flagged"] != "").sum() == 1
+
+
+def test_cells_of_two_workloads_are_checked_each_against_its_own_workload():
+    """A workload of longer prompts makes every pass dearer (the context it reads): the same sweep
+    over a second workload, its verify passes 15% and its one-char passes 30% dearer, contradicts
+    nothing (the workloads' cells are not compared); a verify pass that costs less at a larger k
+    within that workload is still flagged, and its rerun names the workload. Mutation caught: the
+    workload left out of the groups (the 30% dearer passes flagged against the first workload's)."""
+    trials, _ = frames()
+    trials = trials.assign(workload="single")
+    longer = trials.assign(workload="validation", draft=trials["draft"] + "#validation",
+                           verify_pass_us=trials["verify_pass_us"] * 1.15, target_pass_us=trials["target_pass_us"] * 1.3)
+    both = pd.concat([trials, longer], ignore_index=True)
+    assert contradictions(both).empty
+    both.loc[cell(both, "bigram#validation", 2), "verify_pass_us"] *= 1.25
+    flags = contradictions(both)
+    assert flagged_cells(flags) == {("bigram#validation", 2), ("bigram#validation", 4)}
+    sweep = Sweep("s", "workloads", "parent", "0", fx.START, "workload=single,validation draft=bigram k=1,2,4,8")
+    [line] = rerun_commands(flags, both, sweep)
+    assert "workload=validation" in line.split() and "k=2,4" in line.split()
