@@ -19,13 +19,13 @@ import torch
 
 from src.engine.models.corpus import synthetic_text
 from src.paths import REPO
+from tests.commands import run_command
 
 pytestmark = pytest.mark.slow
 
 LATE_DRAFT = '''
 from src.engine.drafts import BigramDraft
 from src.engine.errors import SpecsweepError
-from tests.commands import run_command
 
 class LateDraft(BigramDraft):
     """A draft that checks its option only when built: after the target has trained."""

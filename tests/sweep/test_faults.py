@@ -15,12 +15,12 @@ from src.engine.errors import SpecsweepError
 from src.engine.locks import file_lock
 from src.sweep.processes import alive, descendants
 from tests.conftest import FAULT_CELLS, FAULT_GRID, REPO, runs_of, smoke_cmd, trial_counters
+from tests.commands import run_command
 from tests.sweep.test_resilience import running_trial
 
 HOLD = """
 import sys, time
 from filelock import FileLock
-from tests.commands import run_command
 lock = FileLock(sys.argv[1]); lock.acquire(); print("held", flush=True); time.sleep(60)
 """
 
