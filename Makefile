@@ -42,7 +42,7 @@ ui: $(VENV)/.installed ## the MLflow UI on http://127.0.0.1:5000 for the store i
 analyze: $(VENV)/.installed ## tables, cost models and figures of the latest sweep (ARGS="--sweep-id ID")
 	$(PY) -m analysis.report $(ARGS)
 
-predict: $(VENV)/.installed ## predict a draft's speedup per k without a sweep, about a minute a draft (ARGS="draft=ngram k=2,4,8 --fit-sweep ID"; ARGS="--validate --sweep-id ID")
+predict: $(VENV)/.installed ## predict a draft's speedup per k without a sweep, 2-3 minutes a draft on 2 cores (ARGS="draft=ngram k=2,4,8 --fit-sweep ID"; ARGS="--validate --sweep-id ID")
 	$(PY) -m src.predict $(ARGS)
 
 test: $(VENV)/.installed ## the whole test suite on every core (CPU; the cluster tests too once `make setup-cluster` has run; TEST_WORKERS=0: in this process)

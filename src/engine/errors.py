@@ -65,9 +65,17 @@ def unreadable(path: Path) -> str | None:
     return None
 
 
+def error_line(message: str) -> None:
+    """`error: MESSAGE` on stderr, on a line of its own: after a line break where a progress bar
+    (tqdm's, which ends no line) may hold the current line."""
+    bar = getattr(sys.modules.get("tqdm"), "tqdm", None)
+    drawn = bool(getattr(bar, "_instances", None))
+    print(("\n" if drawn else "") + f"error: {message}", file=sys.stderr, flush=True)
+
+
 def refuse(message: str) -> NoReturn:
     """Bad input at an entry point: one line on stderr, exit status 2."""
-    print(f"error: {message}", file=sys.stderr)
+    error_line(message)
     raise SystemExit(2)
 
 

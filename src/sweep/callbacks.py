@@ -27,7 +27,7 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, open_dict, read_write
 
-from ..engine.errors import SpecsweepError, disk_full
+from ..engine.errors import SpecsweepError, disk_full, error_line
 from ..trial.checks import check_inputs
 from .compose import Compositions
 from .context import SweepContext, this_process
@@ -264,10 +264,9 @@ class SweepTracking(Callback):
         signal.signal(signum, signal.SIG_DFL)   # a second signal ends the process at once
         why = f"stopped: the sweep's parent got {signal.Signals(signum).name}"
         if self.ctx is None:   # still setting the sweep up (planning, training a target): no trial yet
-            print(f"error: {why} while it set the sweep up, before any trial; rerun the same command to resume",
-                  file=sys.stderr, flush=True)
+            error_line(f"{why} while it set the sweep up, before any trial; rerun the same command to resume")
         else:
-            print(f"error: {why}; stopping its workers and their trials", file=sys.stderr, flush=True)
+            error_line(f"{why}; stopping its workers and their trials")
         stopped = stop_descendants()
         if self.ctx is not None and not self.closed:
             self.closed = True

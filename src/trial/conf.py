@@ -8,7 +8,7 @@ import logging
 import os
 import sys
 
-from ..engine.errors import SpecsweepError, disk_full, refuse
+from ..engine.errors import SpecsweepError, disk_full, error_line, refuse
 from ..paths import CONF_DIR
 
 
@@ -59,7 +59,7 @@ def command_line(main) -> None:
     except SpecsweepError as e:
         refuse(str(e))
     except KeyboardInterrupt:   # Ctrl-C (a sweep's parent says its own stop line: src/sweep/callbacks.py)
-        print("error: stopped: interrupted (SIGINT); rerun the same command", file=sys.stderr)
+        error_line("stopped: interrupted (SIGINT); rerun the same command")
         sys.exit(130)
     except Exception as e:
         if type(e).__module__.split(".")[0] in ("hydra", "omegaconf"):
@@ -67,5 +67,5 @@ def command_line(main) -> None:
         full = disk_full(e)
         if not full:
             raise
-        print(f"error: the disk is full ({full}): free space and rerun the same command", file=sys.stderr)
+        error_line(f"the disk is full ({full}): free space and rerun the same command")
         sys.exit(1)

@@ -101,3 +101,20 @@ def test_corrupt_checkpoint_is_refused(tiny, tmp_path):
     proc = _cli("-m", *common, "k=1,2", "hydra.launcher.n_jobs=1", f"hydra.sweep.dir={tmp_path}/sweep")
     _assert_one_line_error(proc, "fails its checksum")
     assert not store.parent.exists(), sorted(p.name for p in store.parent.iterdir())
+
+
+def test_an_error_line_after_a_progress_bar_starts_a_line_of_its_own(capsys):
+    """A stop or refusal while a progress bar is drawn (training the target, say): the bar ends no
+    line, so the error line starts with a line break and stays a line that starts with `error: `;
+    with no bar, no blank line. Mutation caught: the line break left out."""
+    import sys
+    from tqdm import tqdm
+    from src.engine.errors import error_line
+    bar = tqdm(total=10, desc="training target", file=sys.stderr)
+    bar.update(3)
+    error_line("stopped: interrupted (SIGINT)")
+    bar.close()
+    lines = capsys.readouterr().err.splitlines()
+    assert "error: stopped: interrupted (SIGINT)" in lines, lines
+    error_line("plain")
+    assert capsys.readouterr().err == "error: plain\n"
