@@ -48,7 +48,7 @@ predict: $(VENV)/.installed ## predict a draft's speedup per k without a sweep, 
 test: $(VENV)/.installed ## the whole test suite on every core (CPU; the cluster tests too once `make setup-cluster` has run; TEST_WORKERS=0: in this process)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25 tests
 
-test-fast: $(VENV)/.installed ## the tests not marked slow: the edit-test loop (a few minutes on 2 cores)
+test-fast: $(VENV)/.installed ## the tests not marked slow: the edit-test loop (about 2 minutes on 2 cores)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=15 -m "not slow" tests
 
 readme-example: $(VENV)/.installed ## run the README's one-trial example on the default model and write its output into README.md

@@ -272,8 +272,9 @@ def pytest_terminal_summary(terminalreporter):
 def pytest_configure(config):
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(OneWorkerScheduling(), "one_worker_scheduling")
-    config.addinivalue_line("markers", "slow: a test of minutes (real sweeps, servers, long sampling); "
-                                       "`make test-fast` skips them, `make test` runs them")
+    config.addinivalue_line("markers", "slow: a test of more than a few seconds (real sweeps and commands, servers, "
+                                       "long sampling, the law tests' negative controls); `make test-fast` skips "
+                                       "them, `make test` runs them")
     # One torch thread for the tests' own tensor work (tiny models gain nothing from two): with
     # two, every small op waits on a second thread, and on a busy 2-core machine those waits made
     # single tests 20-40x slower. Training and trials set their own thread counts.

@@ -26,6 +26,7 @@ module imports another module's private (`_name`) names.
 """
 from __future__ import annotations
 
+import pytest
 import ast
 import subprocess
 import sys
@@ -214,6 +215,7 @@ def test_no_import_cycle():
     assert cycles(import_graph(project_sources())) == []
 
 
+@pytest.mark.slow
 def test_planted_imports_are_caught():
     """The negative controls: each planted import is reported (with the package above it that
     Python runs first), and nothing else is."""

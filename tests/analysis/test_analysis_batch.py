@@ -133,6 +133,7 @@ def planted_break_even(rng, equal_k: int = 3):
     return row, 2 ** np.quantile(again, [(1 - LEVEL) / 2, (1 + LEVEL) / 2])
 
 
+@pytest.mark.slow
 def test_the_break_even_intervals_hold_the_planted_break_even():
     """Over 100 planted drafts (3 equal k per B, 5 seeds) the report's break-even range holds the true
     break-even (8) in 100 (98 with another seed; asserted >= 90: 95% nominal, a false alarm needs it

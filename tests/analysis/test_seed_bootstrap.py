@@ -123,6 +123,7 @@ def best_k_calls(runs: int, gains: tuple[float, ...], seed: int) -> tuple[float,
     return boot / runs, overlap / runs
 
 
+@pytest.mark.slow
 def test_the_reports_best_k_calls_equal_cells_clear_near_the_stated_rate_and_the_overlap_rule_is_caught():
     # Two equal k: the best of two is always the luckier, so the clear call (the best's gain over
     # the other, its interval at 95% above 0) errs about as often as the two-arm call above (measured:

@@ -2,6 +2,7 @@
 groups and the main keys with the values in force (the composed config's, overrides included)."""
 from __future__ import annotations
 
+import pytest
 import re
 import sys
 
@@ -51,6 +52,7 @@ def hand_count(path) -> int:
     return math.prod(sizes)
 
 
+@pytest.mark.slow
 def test_the_sweep_lists_are_generated_and_every_trial_count_is_the_planners():
     """The help's sweep list and the README's table are what `python -m src.sweep.catalog --write`
     makes of sweeps/*.yaml (run it after editing a sweep), and each count equals the product of the

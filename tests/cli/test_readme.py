@@ -4,6 +4,7 @@ names and the generated text aside; Hydra's log prefix included), for the same d
 tiny model."""
 from __future__ import annotations
 
+import pytest
 import re
 
 from src.paths import REPO
@@ -52,6 +53,7 @@ def test_the_readme_shows_the_command_the_example_runs():
     assert f"{command}" in (REPO / "README.md").read_text().split(BEGIN, 1)[0]
 
 
+@pytest.mark.slow
 def test_the_readme_output_has_the_lines_the_command_prints(tiny, tmp_path):
     """The README's block is the command's stdout: the same command on the tiny model, tracked into
     a store of its own, prints the same lines (numbers aside), each behind Hydra's log prefix."""

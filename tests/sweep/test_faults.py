@@ -112,6 +112,17 @@ def test_sigterm_to_the_parent_stops_everything_and_the_rerun_completes(tmp_path
     assert trial_counters(uri) == trial_counters(smoke_stores[1][0], FAULT_CELLS)
 
 
+def as_from_a_terminal() -> None:
+    """The command's signals as a shell started from a terminal gives them: SIGINT and SIGTERM at
+    their defaults and not blocked. A pytest worker that ran other tests may have them ignored or
+    blocked (a child inherits both across exec: seen as a single run that trained on through its
+    SIGINT), which is the test's state, not the command's."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("mode,signum", [("sweep", signal.SIGINT), ("sweep", signal.SIGTERM), ("single", signal.SIGINT)])
 def test_a_signal_while_the_target_trains_ends_with_the_stop_line(tmp_path, mode, signum):
     """Ctrl-C (SIGINT to the process group, as a terminal sends it) or SIGTERM while a sweep's parent
@@ -126,7 +137,7 @@ def test_a_signal_while_the_target_trains_ends_with_the_stop_line(tmp_path, mode
                "draft=bigram", "n_chars=64", "prompt='The cat '", f"tracking.uri=sqlite:///{store}/mlflow.db",
                f"hydra.run.dir={store}/run", f"data.cache_dir={tmp_path}/cache"]
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=as_from_a_terminal)
     models = tmp_path / "cache" / "models"
     deadline = time.monotonic() + 240
     while not list(models.glob("*.lock")) and proc.poll() is None and time.monotonic() < deadline:

@@ -38,7 +38,11 @@ def _writer(uri: str, barrier, queue) -> None:
 
 
 def concurrent_writers(uri: str, n: int = 8) -> list[str]:
-    ctx = mp.get_context("spawn")
+    """n processes that open the store at once (a barrier) and each write a run. They are forked from
+    a server that imported MLflow and the tool once (a fresh interpreter's imports, times n, were
+    most of this test's time on 2 cores); each makes its own client and its own connections."""
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["mlflow", "mlflow.entities", "src.sweep.tracking", __name__])
     barrier, queue = ctx.Barrier(n), ctx.Queue()
     procs = [ctx.Process(target=_writer, args=(uri, barrier, queue)) for _ in range(n)]
     for p in procs:

@@ -211,6 +211,7 @@ def compose_default():
         return compose("config")
 
 
+@pytest.mark.slow
 def test_retrain_reproduces_a_shipped_target_and_flags_one_that_its_recipe_does_not_make(
         tiny, tmp_path, capsys):
     cfg, _, _ = tiny

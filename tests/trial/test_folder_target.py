@@ -79,6 +79,7 @@ def test_a_missing_path_or_a_folder_that_is_no_checkpoint_is_refused(tiny, tmp_p
         trial_spec(folder_cfg(tiny, tmp_path))
 
 
+@pytest.mark.slow
 def test_the_command_line_refuses_bad_folder_input_in_one_line_before_any_work(tiny, export_dir, tmp_path):
     cfg, _, _ = tiny
     store = tmp_path / "store"

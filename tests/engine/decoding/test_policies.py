@@ -170,6 +170,7 @@ def peeking_accept(p, q, drafts, u):
     return n, nxt
 
 
+@pytest.mark.slow
 def test_the_law_test_catches_a_policy_that_peeks_at_the_target(tiny, monkeypatch):
     """With a near-uniform bigram (most drafts rejected), where an accepted draft's law
     min(p, q) / beta is far from p: the production rule passes the test, the peeking one fails it."""

@@ -193,6 +193,7 @@ def test_draft_with_zeros_where_target_has_mass_stays_exact(tiny, zeroed):
     assert_exact(chars, emitted, p_exact, len(SHAPE), "zeroed draft", bonus_required=False)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("broken", [broken_no_residual_longest_path, broken_forgets_earlier_siblings])
 def test_negative_controls_are_rejected(tiny, drafts, broken):
     """At CONTROL_T the target is flatter, so later siblings are tried often enough for (b)'s

@@ -93,6 +93,7 @@ def test_ngram_rows_are_modified_kneser_ney(tiny, train_ids, order):
         assert (gap < 1e-6) == should_match, (continuation, gap)
 
 
+@pytest.mark.slow
 def test_ngram_over_a_subword_vocabulary_is_kneser_ney_without_a_row_per_context():
     """At GPT-2's 50,257 tokens: ids drawn from 400 tokens spread over the whole vocabulary (half
     of them above 32,767, where int16 ids would wrap) give rows equal to the plain formula at a

@@ -197,6 +197,7 @@ def lookup_with_a_false_q(vocab: int):
         cg.PromptLookupCandidateGenerator.get_candidates = original
 
 
+@pytest.mark.slow
 def test_negative_control_greedy_drafting_assistant_is_rejected(tiny, drafts):
     loop = loop_of(tiny, drafts, "int8")
     with greedy_drafting_assistant(loop):
@@ -204,6 +205,7 @@ def test_negative_control_greedy_drafting_assistant_is_rejected(tiny, drafts):
     assert min(p_values.values()) < 1e-6, f"the greedy-drafting assistant was not caught: {p_values}"
 
 
+@pytest.mark.slow
 def test_negative_control_unwarped_target_is_rejected(tiny, drafts):
     loop = loop_of(tiny, drafts, "int8", 0.7)
     with unwarped_target(0.7):
@@ -211,6 +213,7 @@ def test_negative_control_unwarped_target_is_rejected(tiny, drafts):
     assert min(p_values.values()) < 1e-6, f"the unwarped target was not caught: {p_values}"
 
 
+@pytest.mark.slow
 def test_negative_control_lookup_with_a_false_q_is_rejected(tiny, drafts):
     loop = loop_of(tiny, drafts, "prompt_lookup")
     with lookup_with_a_false_q(tiny[2].tokenizer.vocab_size):

@@ -117,6 +117,7 @@ def p_values(tiny, pairs, arch: str, seed: int, broken=None) -> dict:
     return dict(position_p_values(chars, torch.ones_like(chars, dtype=torch.bool), p_exact))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", ARCHS)
 def test_assisted_generation_on_a_folders_model_emits_its_distribution(tiny, pairs, arch):
     pv = p_values(tiny, pairs, arch, seed=1)
@@ -125,6 +126,7 @@ def test_assisted_generation_on_a_folders_model_emits_its_distribution(tiny, pai
         assert p > ALPHA, f"{arch}: position {m} deviates from the target (p = {p:.2e})"
 
 
+@pytest.mark.slow
 def test_negative_control_a_greedy_drafting_assistant_is_caught(tiny, pairs):
     pv = p_values(tiny, pairs, "llama", seed=2, broken=greedy_drafting_assistant)
     assert min(pv.values()) < 1e-6, f"the greedy-drafting assistant was not caught: {pv}"
