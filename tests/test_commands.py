@@ -66,6 +66,6 @@ def test_a_command_past_its_timeout_is_killed_and_raises(plugins):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(plugins)]))
     (plugins / "command_sleep.py").write_text("import time\nprint('started', flush=True)\ntime.sleep(60)\n")
     with pytest.raises(subprocess.TimeoutExpired) as stopped:
-        run_command([sys.executable, "-m", "command_sleep"], cwd=REPO, env=env, timeout=3)
+        run_command([sys.executable, "-m", "command_sleep"], cwd=REPO, env=env, timeout=1)
     assert stopped.value.output == "started\n"
     assert run_command([sys.executable, "-m", "command_probe", "ok"], cwd=REPO, env=env).returncode == 0   # the helper goes on

@@ -172,13 +172,20 @@ print(json.dumps({"gap": gap, "fallback": runner.fallback}))
 
 
 def compiled_run(cache: Path, role: str = "target", check: str = "on") -> dict:
+    """COMPILED_SCRIPT in a process of its own (an engine's state and Inductor's in-memory caches
+    start empty each time), through the tests' command helper (tests/commands.py)."""
     import json
-    import subprocess
+    import os
     import sys
 
     from src.paths import REPO
-    proc = subprocess.run([sys.executable, "-c", COMPILED_SCRIPT, str(cache), role, check], cwd=REPO,
-                          capture_output=True, text=True, timeout=600)
+    from tests.commands import run_command
+    folder = cache.parent / "probe"
+    folder.mkdir(exist_ok=True)
+    (folder / "compiled_probe.py").write_text(COMPILED_SCRIPT)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(folder)]))
+    proc = run_command([sys.executable, "-m", "compiled_probe", str(cache), role, check], cwd=REPO, env=env,
+                       timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 

@@ -233,7 +233,7 @@ def law_p_values(target_model, prompts, gens, row, k):
             for m, (c, pr) in pass_position_draws(target_model, prompts, gens, row, k).items() if len(c) >= 50}
 
 
-@pytest.mark.parametrize("draft_name", ["bigram", "int4"])
+@pytest.mark.parametrize("draft_name", ["bigram", pytest.param("int4", marks=pytest.mark.slow)])
 def test_each_sequence_of_a_batch_has_the_targets_law_at_every_pass_position(tiny, draft_name):
     _, _, target = tiny
     draft, prompts, k = batch_draft(tiny, draft_name), two_prompts(tiny), 2

@@ -126,6 +126,7 @@ def test_every_position_has_the_target_distribution(tiny, drafts, two_category_p
         assert pv > ALPHA, f"{name} k={k}: position {m} deviates from the target (p = {pv:.2e})"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", by_speed(DRAFT_NAMES))
 def test_exact_at_another_temperature(tiny, drafts, two_category_prompts, name):
     _, _, target = tiny

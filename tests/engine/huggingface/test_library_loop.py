@@ -130,7 +130,7 @@ def assert_exact(p_values: dict, what: str) -> None:
         assert pv > ALPHA, f"{what}: position {m} deviates from the target (p = {pv:.2e})"
 
 
-@pytest.mark.parametrize("temperature", [1.0, 0.7])
+@pytest.mark.parametrize("temperature", [1.0, pytest.param(0.7, marks=pytest.mark.slow)])
 def test_assisted_generation_emits_the_target_distribution(tiny, drafts, temperature):
     loop = loop_of(tiny, drafts, "int8", temperature)
     g = loop.counted(loop.speculative, tiny[2].tokenizer.encode(tiny[0].prompt).tolist(), K + 1, seed=0)
