@@ -2,11 +2,10 @@
 from __future__ import annotations
 
 import logging
-import sys
 
 from mlflow.exceptions import MlflowException
 
-from src.engine.errors import SpecsweepError
+from src.engine.errors import SpecsweepError, error_line
 
 
 def one_line_errors(command) -> int:
@@ -21,6 +20,6 @@ def one_line_errors(command) -> int:
         command()
     except (SpecsweepError, MlflowException) as e:
         message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        print(f"error: {message}", file=sys.stderr)
+        error_line(str(message))
         return 2
     return 0

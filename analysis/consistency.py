@@ -26,7 +26,7 @@ from dataclasses import replace
 
 import pandas as pd
 
-from .sweep_data import CELL, Sweep, cell_labels
+from .sweep_data import CELL, CELL_PARTS, Sweep, cell_labels
 from .tables import Table
 
 VERIFY_TOL = 0.10   # a wider verify pass may come out cheaper by at most 10%: component medians of one sweep
@@ -195,17 +195,18 @@ def rerun_commands(flags: pd.DataFrame, finished: pd.DataFrame, sweep: Sweep) ->
     groups: dict[tuple, list[int]] = {}
     for draft, k in cells:
         p = parts.loc[draft]
-        groups.setdefault(tuple(p.get(c, "") for c in ("draft_name", "draft_options", "policy", "tree", "engine",
-                                                        "batch", "workload")), []).append(k)
+        groups.setdefault(tuple(p.get(c, "") for c in CELL_PARTS), []).append(k)
     lines = []
-    for (name, options, policy, tree, engine, batch, workload), ks in groups.items():
-        options = dict(o.split("=", 1) for o in str(options or "").split(",") if "=" in o)
-        own = [f"draft={name}", *(f"draft.{o}={v}" for o, v in options.items()),
-               f"k={','.join(map(str, sorted(ks)))}", f"engine={engine}", f"batch={int(batch)}", f"policy={policy}"]
-        if tree:
-            own += ["verify=tree", f"verify.widths=[{str(tree).replace('-', ',')}]"]
-        if isinstance(workload, str) and workload:
-            own.append(f"workload={workload}")
+    for key, ks in groups.items():   # one line per cell less its k (sweep_data.CELL_PARTS)
+        c = dict(zip(CELL_PARTS, key))
+        options = dict(o.split("=", 1) for o in str(c["draft_options"] or "").split(",") if "=" in o)
+        own = [f"draft={c['draft_name']}", *(f"draft.{o}={v}" for o, v in options.items()),
+               f"k={','.join(map(str, sorted(ks)))}", f"engine={c['engine']}", f"batch={int(c['batch'])}",
+               f"policy={c['policy']}"]
+        if c["tree"]:
+            own += ["verify=tree", f"verify.widths=[{str(c['tree']).replace('-', ',')}]"]
+        if isinstance(c["workload"], str) and c["workload"]:
+            own.append(f"workload={c['workload']}")
         replaced = set(CELL_KEYS) | {f"draft.{o}" for o in options}
         kept = [o for o in _overrides(sweep.command_overrides) if o.split("=", 1)[0].lstrip("+~") not in replaced]
         lines.append(" ".join(base + [shlex.quote(o) for o in kept + own + ["resume=false"]]))

@@ -22,7 +22,7 @@ import subprocess
 import sys
 
 from .engine.atomic import write_text
-from .engine.errors import SpecsweepError
+from .engine.errors import SpecsweepError, error_line
 from .paths import REPO
 
 EXAMPLE = ["draft=ngram", "k=8"]          # python -m src.run draft=ngram k=8
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         write_text(README, replace_block(README.read_text(), block))  # atomically: no half-written README
     except SpecsweepError as e:
-        print(f"error: {e}", file=sys.stderr)
+        error_line(str(e))
         return 2
     print(f"README.md: example block rewritten\n{block}")
     return 0

@@ -45,7 +45,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from ..engine.errors import ArgParser, at_least
+from ..engine.errors import ArgParser, at_least, error_line
 from ..paths import REPO
 
 LOOPBACK = "127.0.0.1"
@@ -546,10 +546,10 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     print(f"{what}: not running")
     except (ServerError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        error_line(str(e))
         return 2
     except Exception as e:                              # a bug: still one line, and its kind
-        print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
+        error_line(f"{type(e).__name__}: {e}")
         return 2
     return 0
 

@@ -19,7 +19,6 @@ import gc
 import logging
 import os
 import signal
-import sys
 import time
 import uuid
 
@@ -86,7 +85,7 @@ class SweepTracking(Callback):
         try:
             check_single_run(config)
         except SpecsweepError as e:
-            print(f"error: {e}", file=sys.stderr)
+            error_line(str(e))
             raise SystemExit(2) from None
         except Exception as e:   # Hydra would turn it into a warning: said once, by the job, as before
             log.debug("a single run's checks failed before its job: %s", e)
@@ -103,17 +102,17 @@ class SweepTracking(Callback):
             self._start(config)
         except SpecsweepError as e:
             self._abandon()
-            print(f"error: {e}", file=sys.stderr)
+            error_line(str(e))
             raise SystemExit(2) from None
         except Exception as e:
             log.debug("the sweep's set-up failed", exc_info=True)
             self._abandon()
             full = disk_full(e, written_folders(config, config.hydra.sweep.get("dir")))
             if full:
-                print(f"error: the disk is full ({full}): free space and rerun the same command", file=sys.stderr)
+                error_line(f"the disk is full ({full}): free space and rerun the same command")
                 raise SystemExit(1) from None
             first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-            print(f"error: the sweep's set-up failed: {type(e).__name__}: {first}", file=sys.stderr)
+            error_line(f"the sweep's set-up failed: {type(e).__name__}: {first}")
             raise SystemExit(2) from None
 
     def _start(self, config: DictConfig) -> None:
@@ -189,8 +188,8 @@ class SweepTracking(Callback):
             if full:
                 n = failed if failed > 0 else self.counted_failed
                 cells = f"{n} of {self.ctx.total} cells" if n > 0 else "cells"
-                print(f"error: {cells} not finished: the disk is full ({full}); free space and rerun the same "
-                      "command to resume", file=sys.stderr)
+                error_line(f"{cells} not finished: the disk is full ({full}); free space and rerun the same "
+                           "command to resume")
             raise SystemExit(1)  # a sweep with failed trials: all others ran, and the failures are recorded
 
     def _close(self, abnormal: bool) -> int:

@@ -26,7 +26,7 @@ import traceback
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from ..engine.errors import SpecsweepError, disk_full
+from ..engine.errors import SpecsweepError, disk_full, error_line
 from ..paths import REPO
 from ..trial.checks import check_inputs
 from ..trial.load import load_target
@@ -201,7 +201,7 @@ def run_trial_job(cfg: DictConfig, ctx: SweepContext | None, num: int | None = N
         return sweep_job(cfg, spec, ctx, num, on_run, held, job_started)
     except SpecsweepError as e:
         if ctx is None:  # a single run: bad input, one line on stderr
-            print(f"error: {e}", file=sys.stderr)
+            error_line(str(e))
         else:
             log.error("trial #%s: error: %s", num, e)
         if held.record:
@@ -215,7 +215,7 @@ def run_trial_job(cfg: DictConfig, ctx: SweepContext | None, num: int | None = N
         if full:   # said in one line, not a traceback; what finished is kept, so the rerun resumes
             message = f"the disk is full ({full}): free space and rerun the same command"
             if ctx is None:
-                print(f"error: {message}", file=sys.stderr)
+                error_line(str(message))
             else:
                 log.error("trial #%s: error: %s", num, message)
         else:
