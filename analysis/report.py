@@ -26,12 +26,12 @@ import pandas as pd
 from mlflow.exceptions import MlflowException
 
 from src.engine.atomic import write_text
-from src.engine.errors import ArgParser, SpecsweepError
+from src.engine.errors import SpecsweepError
 from src.sweep.store import resolve_uri
 
 from . import figures
 from .aggregate import configured_level, pooled_speedup, trial_status
-from .cli import one_line_errors
+from src.door import ArgParser, at_least, command
 from .consistency import (TARGET_TOL, VERIFY_TOL, contradictions, flagged_cells, mark_regimes, mark_tables,
                           one_seed_note, rerun_commands)
 from .cost_models import BOOTSTRAP, ModelResults, cell_predictions, predict_trials
@@ -219,12 +219,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--tracking-uri", help="default: $MLFLOW_TRACKING_URI, else sqlite:///<repo>/mlruns/mlflow.db")
     p.add_argument("--out", type=Path, help="output folder (default: results/<sweep_id>/)")
     p.add_argument("--no-log-artifacts", action="store_true", help="do not log the output folder to the parent run")
-    p.add_argument("--bootstrap", type=int, default=BOOTSTRAP, metavar="N",
+    p.add_argument("--bootstrap", type=at_least(0), default=BOOTSTRAP, metavar="N",
                    help="refits per held-out fold for its bootstrap interval; 0: none (default: %(default)s)")
-    args = p.parse_args(argv)
-    if args.bootstrap < 0:
-        p.error(f"--bootstrap must be >= 0, got {args.bootstrap}")
-    return args
+    return p.parse_args(argv)
 
 
 def workloads_of(client, data: SweepData) -> pd.DataFrame:
@@ -300,7 +297,7 @@ def run(args: argparse.Namespace) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    return one_line_errors(lambda: run(args))
+    return command(lambda: run(args), reads_store=True, quiet=True)
 
 
 if __name__ == "__main__":

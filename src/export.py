@@ -14,8 +14,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from .sweep.command_config import compose_or_refuse, refusing
-from .engine.errors import ArgParser, SpecsweepError, refuse
+from .door import ArgParser, command, compose, refuse
+from .engine.errors import SpecsweepError
 from .engine.huggingface.checkpoint import export_checkpoint
 from .engine.locks import check_creatable
 from .trial.load import load_target
@@ -27,21 +27,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("folder", help="a new or empty folder for the checkpoint")
     ap.add_argument("overrides", nargs="*", help="KEY=VALUE overrides of the main config (which target)")
     args = ap.parse_args(argv)
-    folder = repo_path(args.folder)
+    return command(lambda: export(args.folder, args.overrides))
+
+
+def export(where: str, overrides: list[str]) -> None:
+    folder = repo_path(where)
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
         refuse(f"{folder} exists and is not an empty folder: export into a new one")
     try:   # before the target is loaded or trained: a folder under a file, or where nothing can be made (/proc)
         check_creatable(folder, "the export folder")
     except SpecsweepError as e:
         refuse(f"{e}: export into a folder that can be created")
-    _, spec = compose_or_refuse(args.overrides, target_spec)
+    spec = target_spec(compose(overrides))
     if is_folder_model(spec.model):
         refuse("model=hf is a checkpoint already: export the tool's own targets (model=small, tiny, medium)")
-    _, target = refusing(load_target, spec)
+    _, target = load_target(spec)
     export_checkpoint(target.model, target.tokenizer, folder, {"target_key": target.key, "val_loss": target.val_loss})
     print(f"exported target {target.key} ({target.model.n_params()} params, {target.tokenizer.vocab_size} chars) "
-          f"to {folder}\nrun it: python -m src.run model=hf model.path={Path(args.folder)}")
-    return 0
+          f"to {folder}\nrun it: python -m src.run model=hf model.path={Path(where)}")
 
 
 if __name__ == "__main__":

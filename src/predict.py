@@ -211,18 +211,8 @@ def parse_regimes(overrides: list[str]) -> tuple[list[str] | None, list[int] | N
 
 
 def compose(overrides: list[str]):
-    from hydra import compose as hydra_compose, initialize_config_dir
-    from hydra.errors import HydraException
-    from . import sweep  # noqa: F401  (its warning filter, before Hydra composes the launcher configs)
-    from .engine.errors import SpecsweepError
-    from .paths import CONF_DIR
-    from .trial.conf import check_group_choices
-    check_group_choices(overrides)
-    try:
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            return hydra_compose("config", overrides=overrides)
-    except HydraException as e:
-        raise SpecsweepError(str(e).strip().splitlines()[0]) from None
+    from .door import compose as door_compose
+    return door_compose(overrides)
 
 
 def tree_shapes(cfg, overrides: list[str]) -> list[tuple[int, ...]] | None:
@@ -523,7 +513,7 @@ def cell_labels_less_workload(g: pd.DataFrame) -> str:
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     from analysis.sweep_data import DEFAULT_EXPERIMENT
-    from .engine.errors import ArgParser
+    from .door import ArgParser, at_least
     p = ArgParser(prog="python -m src.predict", description=__doc__.splitlines()[0],
                                 epilog="Other arguments: Hydra overrides KEY=VALUE of conf/ (k= takes a comma list).")
     p.add_argument("--fit-sweep", help="take the loop overheads from this finished sweep's extended-model fit")
@@ -536,23 +526,19 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                                       "default: the latest)")
     p.add_argument("--tracking-uri", dest="uri", help="default: $MLFLOW_TRACKING_URI, else the repository's mlruns/")
     p.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help="MLflow experiment (default: %(default)s)")
-    p.add_argument("--seqs", type=int, default=16, help="sequences sampled from the target (default: %(default)s)")
-    p.add_argument("--every", type=int, default=8,
+    p.add_argument("--seqs", type=at_least(1), default=16, help="sequences sampled from the target (default: %(default)s)")
+    p.add_argument("--every", type=at_least(1), default=8,
                    help="a chain (tree) at every N-th prefix length (default: %(default)s)")
-    p.add_argument("--rounds", type=int, default=15, help="interleaved rounds of the component times "
+    p.add_argument("--rounds", type=at_least(1), default=15, help="interleaved rounds of the component times "
                    "(a trial's: 7; more rounds, a steadier median on a busy machine; default: %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="seed of the sampled text and drafts (default: %(default)s)")
-    p.add_argument("--runs", type=int, default=1,
+    p.add_argument("--runs", type=at_least(1), default=1,
                    help="independent probe runs, one after another over every regime or cell (run r samples from "
                         "seed + r * seqs): each value the median over the runs, the interval their replicates pooled, "
                         "so the machine's drift between runs is in it (make bench-predict: one per round of seeds; "
                         "default: %(default)s)")
     flags, overrides = split_args(argv)
-    args = p.parse_args(flags)
-    from .engine.errors import SpecsweepError
-    if min(args.seqs, args.every, args.rounds, args.runs) < 1:
-        raise SpecsweepError("--seqs, --every, --rounds and --runs must be >= 1")
-    return args, overrides
+    return p.parse_args(flags), overrides
 
 
 def predict_regimes(args, overrides: list[str], ks: list[int], engines: list[str] | None,
@@ -650,8 +636,8 @@ def run(argv: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from analysis.cli import one_line_errors
-    return one_line_errors(lambda: run(sys.argv[1:] if argv is None else argv))
+    from .door import command
+    return command(lambda: run(sys.argv[1:] if argv is None else argv), reads_store=True, quiet=True)
 
 
 def measure(cfg, ks: list[int], shapes, seqs: int, every: int, seed: int, loaded=None, rounds: int = 15) -> Measured:

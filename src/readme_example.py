@@ -13,7 +13,6 @@ runs the same command on the tiny model and checks that the block has the lines 
 """
 from __future__ import annotations
 
-import argparse
 import datetime
 import os
 import platform
@@ -22,7 +21,8 @@ import subprocess
 import sys
 
 from .engine.atomic import write_text
-from .engine.errors import SpecsweepError, error_line
+from .door import ArgParser, command
+from .engine.errors import SpecsweepError
 from .paths import REPO
 
 EXAMPLE = ["draft=ngram", "k=8"]          # python -m src.run draft=ngram k=8
@@ -76,20 +76,19 @@ def replace_block(text: str, block: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m src.readme_example", description=__doc__.splitlines()[0])
+    p = ArgParser(prog="python -m src.readme_example", description=__doc__.splitlines()[0])
     p.add_argument("--print", action="store_true", help="print the block, leave README.md as it is")
     args = p.parse_args(argv)
-    try:
-        block = example_block()
-        if args.print:
-            print(block)
-            return 0
-        write_text(README, replace_block(README.read_text(), block))  # atomically: no half-written README
-    except SpecsweepError as e:
-        error_line(str(e))
-        return 2
+    return command(lambda: rewrite(args.print))
+
+
+def rewrite(print_only: bool) -> None:
+    block = example_block()
+    if print_only:
+        print(block)
+        return
+    write_text(README, replace_block(README.read_text(), block))  # atomically: no half-written README
     print(f"README.md: example block rewritten\n{block}")
-    return 0
 
 
 if __name__ == "__main__":

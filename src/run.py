@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 
-# Before Hydra and MLflow are imported: Hydra hands its errors to `command_line` (which says them in one
+# Before Hydra and MLflow are imported: Hydra hands its errors to the front door (src/door.py, which says them in one
 # line) instead of printing its own report; MLflow keeps its INFO lines off stderr. Workers
 # inherit both.
 os.environ.setdefault("HYDRA_FULL_ERROR", "1")
@@ -21,8 +21,7 @@ os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
 import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
-from . import sweep  # noqa: E402,F401  (its warning filter, before Hydra composes the launcher configs)
-from .trial.conf import command_line  # noqa: E402
+from .door import hydra_command  # noqa: E402  (and its warning filter, before Hydra composes the launcher configs)
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
@@ -32,7 +31,7 @@ def main(cfg: DictConfig) -> None:
 
 
 def cli() -> None:
-    command_line(main)
+    hydra_command(main)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 # what the tool's commands import before they read an argument (and src/run.py's environment for its imports)
 PRELOAD = ("torch", "numpy", "pandas", "omegaconf", "hydra", "hydra.core.config_store", "mlflow",
-           "mlflow.tracking", "sqlalchemy", "joblib", "tqdm", "filelock", "src.sweep", "src.trial.conf")
+           "mlflow.tracking", "sqlalchemy", "joblib", "tqdm", "filelock", "src.sweep", "src.door")
 HELPER_ENV = {"HYDRA_FULL_ERROR": "1", "MLFLOW_LOGGING_LEVEL": "WARNING", "HF_HUB_OFFLINE": "1",
               "TRANSFORMERS_OFFLINE": "1"}
 

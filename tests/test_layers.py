@@ -15,10 +15,12 @@ Floors, lowest first; a module imports only its own floor and the floors below:
     src.run      the command line
 Beside them:
     src.paths    where things live: a leaf any floor but the engine may import
+    src.door     the front door (every command's composing and one-line refusals): a leaf like src.paths,
+                 which imports only src.paths and the engine's root (its errors)
     analysis     runs -> tables, cost models, figures, predictions. It reads runs and fits, and never
                  runs a model: nothing it imports imports torch (directly or through the project's
                  modules, at any depth of their code); of the floors it imports the engine's
-                 torch-free modules, src.paths and the store rules (src.sweep.store), nothing else
+                 torch-free modules, the leaves and the store rules (src.sweep.store), nothing else
     tools        src.bench, src.cluster, src.readme_example, src.export, src.predict: import anything;
                  nothing but a tool imports them
 And: no import cycle anywhere in src/ and analysis/; no two modules there share a file name; no
@@ -37,8 +39,9 @@ from src.paths import REPO
 FLOORS = ["src.engine", "src.trial", "src.sweep", "src.run"]
 ROOTS = ("src", "analysis")   # the two top packages: empty __init__ files every module passes through
 TOOLS = ("src.bench", "src.cluster", "src.readme_example", "src.export", "src.predict")
-LEAVES = ("src.paths",)
-ANALYSIS_MAY = ("src.engine", "src.paths", "src.sweep.store", "analysis")
+LEAVES = ("src.paths", "src.door")
+LEAF_MAY = ("src.paths", "src.door", "src.engine.errors")   # what a leaf imports
+ANALYSIS_MAY = ("src.engine", "src.paths", "src.door", "src.sweep.store", "analysis")
 ENGINE_ROOMS = ["src.engine", "src.engine.models", "src.engine.drafts", "src.engine.decoding",
                 "src.engine.measuring", "src.engine.runtimes", "src.engine.huggingface"]   # lowest first; the
                 # first is the root: the engine's modules outside every sub-package
@@ -140,6 +143,9 @@ def violations(sources: dict[str, str]) -> list[str]:
         for target in sorted(edges):
             if any(under(target, t) for t in TOOLS) and not tool:
                 out.append(f"{name} -> {target}: only a tool imports a tool")
+            elif name in LEAVES:
+                if target not in LEAF_MAY and target != "src.engine":   # (the package errors sits in)
+                    out.append(f"{name} -> {target}: a leaf imports only {', '.join(LEAF_MAY)}")
             elif tool or any(under(target, leaf) for leaf in LEAVES) and floor_of(name) != 0:
                 continue
             elif under(name, "analysis"):
@@ -235,7 +241,8 @@ def test_planted_imports_are_caught():
          "analysis never runs a model"),
         ("analysis.prediction", "from src.engine.measuring.timing import timed",   # the engine, but the clock's module
          "analysis.prediction -> src.engine.measuring.timing: analysis never runs a model"),
-        ("analysis.prediction", "from src.trial.conf import one_line", "analysis.prediction -> src.trial: analysis imports only"),
+        ("analysis.prediction", "from src.trial.spec import trial_spec", "analysis.prediction -> src.trial: analysis imports only"),
+        ("src.door", "from .sweep.store import check_store", "src.door -> src.sweep.store: a leaf imports only"),
     ]:
         planted = dict(base, **{module: base[module] + f"\ndef _planted():\n    {line}\n"})
         found = violations(planted)

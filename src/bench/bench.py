@@ -40,7 +40,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from .. import sweep  # noqa: F401  (its warning filter, before Hydra composes the launcher configs)
 from ..engine.decoding.decode import generate_speculative
-from ..engine.errors import SpecsweepError, refuse
+from ..door import refuse, unknown
+from ..engine.errors import SpecsweepError
 from ..engine.measuring.measure import measure_cost
 from ..engine.models.quantize import quantized_copy
 from ..engine.measuring.intervals import median_interval
@@ -49,7 +50,7 @@ from ..engine.models.train import evaluate
 from ..engine.decoding.tree import generate_tree, max_nodes
 from ..paths import CONF_DIR
 from ..trial.checks import check_inputs
-from ..trial.conf import command_line
+from ..door import hydra_command
 from ..trial.load import build_draft, load_target
 from ..trial.spec import draft_class, draft_spec, trial_spec
 from . import kernels as bench_kernels
@@ -198,7 +199,7 @@ def main(cfg: DictConfig) -> None:
     which = cfg.get("bench", "all")
     try:   # every argument checked before the training or any cache (here: Hydra would add a line of its own)
         if which not in BENCHES:
-            raise SpecsweepError(f"unknown bench {which!r} (available: {', '.join(BENCHES)})")
+            raise SpecsweepError(unknown("bench", which, list(BENCHES)))
         spec = trial_spec(cfg)
         if which == "library" and getattr(draft_class(spec.draft.cls), "library", None) != "assistant":
             raise SpecsweepError(f"bench=library compares the loops on a model draft (an assistant in transformers' "
@@ -263,4 +264,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    command_line(main)
+    hydra_command(main)

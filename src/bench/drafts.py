@@ -32,13 +32,13 @@ import time
 
 import torch
 import yaml
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from ..engine.measuring.acceptance import mean_overlap, sample_text
 from ..engine.drafts import DistilledDraft, NgramDraft
 from ..engine.drafts.distilled import target_probs
-from ..engine.errors import ArgParser, SpecsweepError, at_least, refuse
+from ..door import ArgParser, at_least, compose, refuse
+from ..engine.errors import SpecsweepError
 from ..engine.measuring.measure import measure_cost
 from ..engine.models.train import all_cores
 from ..paths import CONF_DIR
@@ -118,8 +118,7 @@ def main() -> None:
             main_overrides.append(o)
 
     try:
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            cfg = compose("config", overrides=main_overrides)
+        cfg = compose(main_overrides)
         spec = trial_spec(cfg)
         for d in drafts:   # each draft's options (ngram.KEY=VALUE ...) checked before the target is loaded
             draft_spec(draft_cfgs[d], cfg)
@@ -127,10 +126,6 @@ def main() -> None:
         corpus, target = load_target(spec.target)
     except SpecsweepError as e:
         refuse(str(e))
-    except Exception as e:  # noqa: BLE001 - a config error from Hydra: one line, not a traceback
-        if type(e).__module__.split(".")[0] not in ("hydra", "omegaconf"):
-            raise
-        refuse(str(e).splitlines()[0])
     model, ids = target.model, train_ids_of(spec.target, target, corpus)
     prompt = target.tokenizer.encode(cfg.prompt).tolist()
     n = min(args.chars, model.cfg.block_size - len(prompt))

@@ -39,7 +39,7 @@ from pathlib import Path
 import torch
 
 from ..engine.runtimes.engines import Engine
-from ..engine.errors import ArgParser, at_least
+from ..door import ArgParser, at_least
 from ..engine.huggingface.checkpoint import offline_transformers
 from ..engine.huggingface.folder_model import load_checkpoint, rewind
 from ..engine.measuring.timing import interleaved_medians

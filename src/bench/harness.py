@@ -22,11 +22,12 @@ Prints:
 from __future__ import annotations
 
 import statistics
+import sys
 import tempfile
 from pathlib import Path
 
-from ..engine.errors import ArgParser
-from .runs import SweepRun, check_sweep, load, run_sweep
+from ..door import ArgParser, check_sweep, command
+from .runs import SweepRun, load, run_sweep
 
 COUNTERS = ["acceptance", "chars_per_pass", "target_passes", "accepted", "proposed", "analytic_acceptance"]
 
@@ -123,7 +124,7 @@ def print_overhead(run: SweepRun) -> None:
     print(f"| total (the wall, measured around the command: {wall:.2f} s) | {known:.2f} | {known / wall:.1%} | |")
 
 
-def main() -> None:
+def main() -> int:
     ap = ArgParser(prog="python -m src.bench.harness", description=__doc__.splitlines()[0])
     ap.add_argument("--sweep", default="paper")
     ap.add_argument("--no-control", action="store_true", help="skip the second n_jobs=1 run")
@@ -131,6 +132,10 @@ def main() -> None:
                     help="one run at n_jobs=1 only: the harness overhead, without the timing comparisons")
     ap.add_argument("overrides", nargs="*", help="extra Hydra overrides for every run")
     args = ap.parse_args()
+    return command(lambda: measure_harness(args))
+
+
+def measure_harness(args) -> None:
     check_sweep(args.sweep)
     if args.n1_only:
         plan = [("n1", 1)]
@@ -173,4 +178,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

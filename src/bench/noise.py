@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import re
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -42,8 +43,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..engine.errors import ArgParser, SpecsweepError, at_least, refuse
-from .runs import check_sweep, run_sweep, store_uri
+from ..door import ArgParser, at_least, check_sweep, command, refuse
+from ..engine.errors import SpecsweepError
+from .runs import run_sweep, store_uri
 from .hog import CpuHog, default_hog_cores, exit_on_sigterm, usable_cores
 
 TARGETS = {"quiet": 5.0, "loaded": 10.0}   # the held-out max APE targets, percent
@@ -316,7 +318,7 @@ def report(q: Condition, l: Condition) -> None:
         part(q, l)
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
     ap = ArgParser(prog="python -m src.bench.noise", description=__doc__.splitlines()[0])
     ap.add_argument("--sweep", default="paper")
     ap.add_argument("--hog-cores", type=at_least(0), default=default_hog_cores(),
@@ -328,19 +330,20 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seeds", help="a slice of the sweep's seeds, e.g. 0,1 (hydra.sweeper.params.seed)")
     ap.add_argument("overrides", nargs="*", help="extra Hydra overrides for both runs")
     args = ap.parse_args(argv)
+    return command(lambda: measure_noise(args))
+
+
+def measure_noise(args) -> None:
     check_sweep(args.sweep)
     if args.seeds is not None:
         if not re.fullmatch(r"\d+(,\d+)*", args.seeds):
             refuse(f"--seeds takes seeds separated by commas, e.g. 0,1; got {args.seeds!r}")
         # quoted for Hydra, so that the list reaches the sweeper instead of sweeping Hydra's own config
         args.overrides.append(f"hydra.sweeper.params.seed='{args.seeds}'")
-    try:
-        hog = CpuHog(cores=args.hog_cores, duty=args.hog_duty)
-        if args.keep is not None and any((args.keep / c).exists() for c in ("quiet", "loaded")):
-            # a sweep into a store that holds it already would resume it: nothing would be measured
-            raise SpecsweepError(f"{args.keep} holds quiet/ or loaded/ already: name a new folder")
-    except SpecsweepError as e:
-        refuse(str(e))
+    hog = CpuHog(cores=args.hog_cores, duty=args.hog_duty)
+    if args.keep is not None and any((args.keep / c).exists() for c in ("quiet", "loaded")):
+        # a sweep into a store that holds it already would resume it: nothing would be measured
+        raise SpecsweepError(f"{args.keep} holds quiet/ or loaded/ already: name a new folder")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("mlflow").setLevel(logging.WARNING)
     exit_on_sigterm()  # SIGTERM unwinds like Ctrl-C: the hog's `with` block stops its children on the way out
@@ -353,4 +356,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

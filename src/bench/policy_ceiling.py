@@ -30,19 +30,14 @@ ratios between rules are what this reads.
 from __future__ import annotations
 
 import time
-import warnings
 
 import torch
-from hydra import compose, initialize_config_dir
 
 from ..engine.measuring.acceptance import chain_acceptance, sample_text
-from ..engine.errors import ArgParser, SpecsweepError, at_least, refuse
-from ..paths import CONF_DIR
+from ..door import ArgParser, at_least, compose, refuse
+from ..engine.errors import SpecsweepError
 from ..trial.load import build_draft, load_target
 from ..trial.spec import trial_spec
-
-# the launcher configs merge onto the plugins' schemas on purpose (see src/sweep/__init__.py)
-warnings.filterwarnings("ignore", message=r"(?s).*is validated against ConfigStore schema with the same name")
 
 
 def pass_chars(r: torch.Tensor) -> torch.Tensor:
@@ -136,8 +131,7 @@ def main() -> None:
     rows, target, specs = [], None, []
     try:
         for name in names:   # every draft's config checked before the target is loaded
-            with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-                cfg = compose("config", overrides=[f"draft={name}"])
+            cfg = compose([f"draft={name}"])
             specs.append((name, cfg, trial_spec(cfg)))
             room = specs[-1][2].target.model["block_size"] - len(cfg.prompt) - args.cap
             if room < 1:
@@ -157,10 +151,6 @@ def main() -> None:
             rows += ceiling_rows(name, r, beta, prices, args.overhead)
     except SpecsweepError as e:
         refuse(str(e))
-    except Exception as e:  # noqa: BLE001 - a config error from Hydra: one line, not a traceback
-        if type(e).__module__.split(".")[0] not in ("hydra", "omegaconf"):
-            raise
-        refuse(f"{str(e).splitlines()[0]} (the drafts: conf/draft/*.yaml)")
     print(f"\nT = 1, cap {args.cap}, o = {args.overhead}; rates in chars per one-char target pass; "
           "gains against the best fixed k at the same price")
     print("\n| draft | beta_1 | b + c | best fixed k | fixed | informed rule (mean len) | oracle (mean len) |")

@@ -28,9 +28,9 @@ import re
 import subprocess
 import sys
 
-from ..engine.errors import ArgParser, SpecsweepError, refuse
+from ..door import ArgParser, check_sweep, command, refuse
+from ..engine.errors import SpecsweepError
 from ..paths import REPO
-from .runs import check_sweep
 
 OWN_FLAGS = ("--validate", "--runs", "--sweep-id")   # src.predict's flags this tool sets
 OWN_KEYS = ("seed", "resume", "tracking.uri", "tracking.experiment", "hydra.launcher.n_jobs",
@@ -172,13 +172,12 @@ def main(argv: list[str] | None = None) -> None:
         poverrides += passed_on(args.sweep, args.overrides, poverrides)
     except SpecsweepError as e:
         refuse(str(e))
-    from analysis.cli import one_line_errors
 
     def take_turns() -> None:
         pargs.sweep_id = run_round(args.sweep, rounds, 0, args.overrides, pargs.uri, pargs.experiment)
         validate_sweep(pargs, poverrides, o,
                        between=lambda r: run_round(args.sweep, rounds, r, args.overrides, pargs.uri, pargs.experiment))
-    sys.exit(one_line_errors(take_turns))
+    sys.exit(command(take_turns, reads_store=True, quiet=True))
 
 
 if __name__ == "__main__":

@@ -31,11 +31,10 @@ from pathlib import Path
 import torch
 
 from ..engine.atomic import file_sha256, write_bytes, write_text
-from ..engine.errors import ArgParser, refuse
+from ..door import ArgParser, command, compose, refuse
 from ..engine.models.train import SHIPPED, get_target, recipe, shipped_entry, shipped_recipes
 from ..trial.load import load_corpus_of
 from ..trial.spec import is_folder_model, target_spec
-from ..sweep.command_config import compose_or_refuse
 
 TOLERANCE = 0.02   # nats/char: a retrained model within this of the shipped one's validation loss reproduces it
 
@@ -86,7 +85,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ship", action="store_true", help="write the retrained checkpoint and its recipe into --weights")
     ap.add_argument("overrides", nargs="*", help="KEY=VALUE overrides of the main config (conf/config.yaml)")
     args = ap.parse_args(argv)
-    _, (spec, corpus) = compose_or_refuse(args.overrides, lambda cfg: (target_spec(cfg), load_corpus_of(target_spec(cfg).data)))
+    return command(lambda: retrain(args.weights, args.ship, args.overrides))
+
+
+def retrain(weights: Path, ship_it: bool, overrides: list[str]) -> int:
+    """Retrain the config's target in a folder of its own, compare it with the shipped one (1 when it
+    does not reproduce it), and with `ship_it` write it into `weights`."""
+    spec = target_spec(compose(overrides))
+    corpus = load_corpus_of(spec.data)
     if is_folder_model(spec.model):
         refuse("model=hf is not trained here: nothing to retrain")
     with tempfile.TemporaryDirectory(prefix="retrain-") as tmp:
@@ -96,14 +102,14 @@ def main(argv: list[str] | None = None) -> int:
         retrained = recipe(target.key, corpus.sha256, ckpt["model_config"], spec.train, spec.train_seed, ckpt,
                            file_sha256(target.path))
         print(f"retrained target {target.key} in {time.perf_counter() - t0:.0f} s")
-        shipped = shipped_recipes(args.weights).get(target.key)
-        shipped_file = args.weights / target.path.name
+        shipped = shipped_recipes(weights).get(target.key)
+        shipped_file = weights / target.path.name
         max_diff = weight_difference(shipped_file, target.path) if shipped and shipped_file.is_file() else None
         lines, ok = compare(shipped, retrained, max_diff)
         print("\n".join(lines))
-        if args.ship:
-            ship(args.weights, retrained, target.path)
-            print(f"shipped: {args.weights / ('target-' + target.key + '.pt')} and its recipe; it is served only once "
+        if ship_it:
+            ship(weights, retrained, target.path)
+            print(f"shipped: {weights / ('target-' + target.key + '.pt')} and its recipe; it is served only once "
                   f"SHIPPED_TARGETS in src/engine/models/train.py has this entry:\n    {shipped_entry(retrained)}")
             return 0
     return 0 if ok else 1

@@ -12,8 +12,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..engine.errors import refuse
-from ..paths import REPO, SWEEPS_DIR
+from ..paths import REPO
 from ..sweep.store import DEFAULT_EXPERIMENT, KIND_TAG, SWEEP, TRIAL
 
 
@@ -28,13 +27,6 @@ class SweepRun:
 
 def store_uri(folder: Path) -> str:
     return f"sqlite:///{folder}/mlflow.db"
-
-
-def check_sweep(name: str) -> None:
-    """A sweep file of sweeps/ by its name, else one line and exit 2 (before anything runs)."""
-    if not (SWEEPS_DIR / f"{name}.yaml").is_file():
-        known = ", ".join(sorted(p.stem for p in SWEEPS_DIR.glob("*.yaml")))
-        refuse(f"no sweep {name!r} in sweeps/ (known: {known})")
 
 
 def run_sweep(sweep: str, n_jobs: int, folder: Path, extra: list[str]) -> SweepRun:

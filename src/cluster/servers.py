@@ -45,7 +45,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-from ..engine.errors import ArgParser, at_least, error_line
+from ..door import ArgParser, at_least
+from ..engine.errors import error_line
 from ..paths import REPO
 
 LOOPBACK = "127.0.0.1"

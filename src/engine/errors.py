@@ -1,12 +1,11 @@
 """The one exception type for bad input and unusable files, and how an entry point answers it.
 
 Entry points turn it into a single-line message (`error: ...` on stderr) and exit status 2,
-never a traceback: `refuse(message)` does that, and `ArgParser` answers bad arguments the same
-way (argparse's own answer is two lines, a usage line and the error).
+never a traceback: `refuse(message)` does that; every command reaches it through the front door
+(src/door.py).
 """
 from __future__ import annotations
 
-import argparse
 import errno
 import os
 import sys
@@ -77,31 +76,3 @@ def refuse(message: str) -> NoReturn:
     """Bad input at an entry point: one line on stderr, exit status 2."""
     error_line(message)
     raise SystemExit(2)
-
-
-class ArgParser(argparse.ArgumentParser):
-    """argparse, whose refusals are one line and exit status 2 (`--help` is unchanged)."""
-
-    def add_argument(self, *args, **kwargs):
-        # argparse counts a positional of nargs="*" without a default among the required arguments,
-        # and says so when another one is missing ("required: folder, overrides")
-        if kwargs.get("nargs") == "*" and args and not args[0].startswith("-"):
-            kwargs.setdefault("default", [])
-        return super().add_argument(*args, **kwargs)
-
-    def error(self, message: str) -> NoReturn:
-        refuse(f"{self.prog}: {message} (see --help)")
-
-
-def at_least(lo: int):
-    """An argparse `type`: an integer >= lo."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"an integer >= {lo}, got {text!r}") from None
-        if value < lo:
-            raise argparse.ArgumentTypeError(f"an integer >= {lo}, got {value}")
-        return value
-    parse.__name__ = f"integer >= {lo}"
-    return parse

@@ -64,12 +64,12 @@ def test_a_quoted_prompt_composes_back_to_itself():
 
 
 @pytest.mark.parametrize("args, says", [
-    (["--sweep", "nosuch"], "error: no sweep 'nosuch'"),
+    (["--sweep", "nosuch"], "error: unknown sweep 'nosuch' (available: "),
     (["--sweep", "smoke", "--seeds", "0,0"], "error: --seeds names a seed twice"),
     (["--sweep", "smoke", "seed=3"], "error: seed= is set by this tool"),
     (["--sweep", "smoke", "--seeds", "0,1", "--probe-runs", "3"], "error: --probe-runs must be between 1 and"),
     (["--sweep", "smoke", "--", "--runs", "2"], "error: --runs is set by this tool"),
-    (["--sweep", "smoke", "--", "--seqs", "0"], "error: --seqs, --every, --rounds and --runs must be >= 1"),
+    (["--sweep", "smoke", "--", "--seqs", "0"], "error: python -m src.predict: --seqs: an integer >= 1, got 0"),
     (["--sweep", "smoke", "--", "engine=eager"], "error: --validate takes each cell's engine and batch"),
     (["--seeds", "0"], "error: python -m src.bench.predict_rounds: the following arguments are required: --sweep"),
 ])
