@@ -9,7 +9,7 @@ TEST_WORKERS ?= auto   # pytest-xdist workers for make test / test-fast (auto: o
 TORCH_INDEX ?=         # a wheel index for torch alone, e.g. PyTorch's CPU-only index (empty: pip's configured index)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run sweep ui analyze predict test test-fast readme-example bench bench-sweep bench-predict bench-noise bench-drafts bench-ceiling bench-folder retrain-default export clean-outputs
+.PHONY: help setup run sweep ui analyze predict test test-fast readme-example regenerate bench bench-sweep bench-predict bench-noise bench-drafts bench-ceiling bench-folder retrain-default export clean-outputs
 .PHONY: setup-cluster tracking-server tracking-server-stop ray-up ray-down
 
 help: ## list the targets
@@ -53,6 +53,10 @@ test-fast: $(VENV)/.installed ## the tests not marked slow: the edit-test loop (
 
 readme-example: $(VENV)/.installed ## run the README's one-trial example on the default model and write its output into README.md
 	$(PY) -m src.readme_example
+
+regenerate: $(VENV)/.installed ## rewrite the generated texts: the sweeps' table and what runs where (--help, README.md, conf/'s "# runs:" lines)
+	$(PY) -m src.sweep.catalog --write
+	$(PY) -m src.trial.capabilities --write
 
 bench: $(VENV)/.installed ## print the benchmark tables (loop overhead, int8 kernels vs fake int8, quantized drafts; ARGS="+bench=kernels model=NAME")
 	$(PY) -m src.bench.bench $(ARGS)

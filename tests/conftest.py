@@ -126,7 +126,7 @@ def drafts(tiny, folder_draft_model):
 def library_only(name: str) -> bool:
     """conf/draft/NAME.yaml is a draft of transformers' loop only (prompt_lookup)."""
     from omegaconf import OmegaConf
-    from src.trial.spec import draft_class
+    from src.trial.capabilities import draft_class
     target = OmegaConf.load(Path(CONF_DIR) / "draft" / f"{name}.yaml")["_target_"]
     return getattr(draft_class(target), "library_only", False)
 

@@ -52,7 +52,8 @@ from ..paths import CONF_DIR
 from ..trial.checks import check_inputs
 from ..door import hydra_command
 from ..trial.load import build_draft, load_target
-from ..trial.spec import draft_class, draft_spec, trial_spec
+from ..trial.capabilities import draft_class
+from ..trial.spec import draft_spec, trial_spec
 from . import kernels as bench_kernels
 from . import library_vs_tool as bench_library
 from . import machine_limit

@@ -25,7 +25,8 @@ from ..engine.locks import check_creatable
 from ..engine.models.tokenizer import vocabulary_difference
 from ..engine.models.train import check_shipped_readable, corpus_tokenizer, target_location, verify_target
 from .load import load_corpus_of, load_folder_target, train_ids_of
-from .spec import TargetSpec, TrialSpec, check_window, draft_class, is_folder_model
+from .capabilities import draft_class
+from .spec import TargetSpec, TrialSpec, check_window, is_folder_model
 from .workload import WorkloadSpec, workload_prompts
 
 

@@ -27,7 +27,8 @@ from ..engine.drafts.base import Draft
 from ..engine.errors import SpecsweepError
 from ..engine.models.tokenizer import vocabulary_difference
 from ..engine.models.train import TrainedTarget, get_target, target_location
-from .spec import DataSpec, DraftSpec, TargetSpec, draft_class, is_folder_model
+from .capabilities import draft_class
+from .spec import DataSpec, DraftSpec, TargetSpec, is_folder_model
 
 
 def file_stamp(path: Path) -> tuple | None:

@@ -12,7 +12,6 @@ sweep; `sweep_name`, `resume`, `sweep`, `tracking` and Hydra's own node are not 
 """
 from __future__ import annotations
 
-import importlib
 import inspect
 import math
 from collections.abc import Mapping, Sequence
@@ -24,6 +23,8 @@ from ..engine.measuring.timing import cost_round_options, timing_options
 from ..engine.models.train import TrainConfig
 from ..engine.decoding.tree import check_widths, max_nodes
 from ..paths import REPO
+from . import capabilities as can
+from .capabilities import draft_class
 from .workload import WorkloadSpec, workload_spec
 
 
@@ -238,41 +239,40 @@ def folder_model(node, where: str = "model") -> dict:
     return {"source": "hf", "path": str(folder), "max_len": max_len, "block_size": block}
 
 
+def draft_facts(draft: "DraftSpec") -> can.Draft:
+    """The capability table's facts of a draft (its class's, and whether its model is from a folder)."""
+    return can.Draft.of(draft.name, draft.cls, draft.model is not None and is_folder_model(draft.model.model))
+
+
 def check_folder_target(target: "TargetSpec", draft: "DraftSpec", engine: "EngineSpec", tree, batch: int) -> None:
-    """What a model from a folder runs here: one sequence, on engine=eager (the tool's loop, a chain
-    or a tree, with a draft whose class says `folder_targets` (bigram, ngram, distilled,
-    int8_kernels) or a draft model from a folder, draft=hf_model), engine=compiled (the tool's
-    loop, chains only, over a static cache) or engine=transformers (the library's loop, with
-    draft=hf_model as the assistant model or draft=prompt_lookup); a draft model from a folder
-    runs on those three engines too. Anything else in one line; an architecture that does not
-    honour a tree's 4D mask is refused when the model is loaded (HFModel.setup_cache)."""
-    folder_draft = draft.model is not None and is_folder_model(draft.model.model)
-    if folder_draft and engine.name not in FOLDER_ENGINES:
-        raise SpecsweepError(f"draft {draft.name!r}: a draft model from a folder runs on engine={', '.join(FOLDER_ENGINES)} "
+    """What a model from a folder runs here, by the capability table (src/trial/capabilities.py):
+    one sequence, on the engines that run one, verifying what each verifies for it, with the
+    drafts that draft for it there; a draft model from a folder on the same engines. Anything else
+    in one line; an architecture that does not honour a tree's 4D mask is refused when the model
+    is loaded (HFModel.setup_cache)."""
+    facts, e = draft_facts(draft), can.engine(engine.name)
+    folder_engines = can.engines_where(lambda x: bool(x.folder))
+    if facts.from_folder and not e.folder:
+        raise SpecsweepError(f"draft {draft.name!r}: a draft model from a folder runs on engine={', '.join(folder_engines)} "
                              f"here, not engine={engine.name}")
     if not is_folder_model(target.model):
         return
-    if engine.name not in FOLDER_ENGINES:
-        raise SpecsweepError(f"model=hf runs on engine=eager or compiled (the tool's loop) or engine=transformers "
-                             f"(the library's) here, not engine={engine.name}")
-    if engine.name == "compiled" and tree is not None:
-        raise SpecsweepError("model=hf with engine=compiled verifies chains (a static cache takes no tree mask "
-                             "here): use verify=chain, or verify=tree on engine=eager")
+    if not e.folder:
+        raise SpecsweepError(f"model=hf runs on engine={can.or_list(folder_engines)} here, not engine={engine.name}")
+    if tree is not None and e.trees and "tree" not in e.folder:   # (an engine of chains: check_engine says it)
+        trees = can.engines_where(lambda x: "tree" in x.folder)
+        raise SpecsweepError(f"model=hf with engine={engine.name} verifies chains (a static cache takes no tree mask "
+                             f"here): use verify=chain, or verify=tree on engine={can.or_list(trees)}")
     if batch > 1:
         raise SpecsweepError(f"model=hf decodes one sequence at a time here: use batch=1, not batch={batch}")
-    cls = draft_class(draft.cls)
-    if engine.name == "transformers":
-        if not folder_draft and not getattr(cls, "library_only", False):
-            raise SpecsweepError(f"draft {draft.name!r} has no counterpart in transformers' generate for model=hf: use "
-                                 "a model from a folder (draft=hf_model draft.model.path=DIR) or draft=prompt_lookup")
+    if facts.for_folder_target(e):
         return
-    if not folder_draft and (draft.model is not None or not getattr(cls, "folder_targets", False)):
-        raise SpecsweepError(f"draft {draft.name!r} reads the tool's own model, which model=hf is not: "
-                             "use a draft over token ids (draft=bigram, ngram or distilled), int8_kernels, or a "
-                             "model from a folder (draft=hf_model draft.model.path=DIR)")
-
-
-FOLDER_ENGINES = ("eager", "compiled", "transformers")   # the engines a model from a folder runs on here
+    fit = [d.name for d in can.conf_drafts() if d.for_folder_target(e)]
+    if e.loop == can.LIBRARY:
+        raise SpecsweepError(f"draft {draft.name!r} has no counterpart in transformers' generate for model=hf: use "
+                             f"draft={can.or_list(fit)} (hf_model: draft.model.path=DIR)")
+    raise SpecsweepError(f"draft {draft.name!r} reads the tool's own model, which model=hf is not: use "
+                         f"draft={can.or_list(fit)} (hf_model: a model from a folder, draft.model.path=DIR)")
 
 
 def model_shape(node, where: str = "model") -> dict:
@@ -323,14 +323,6 @@ def target_spec(config, model_node=None) -> TargetSpec:
 
 # keyword arguments the trial supplies itself (src/trial/load.py: build_draft), never from conf/draft
 SUPPLIED = ("target", "train_ids", "cache_dir", "target_key", "model")
-
-
-def draft_class(path: str):
-    module, _, name = path.rpartition(".")
-    try:
-        return getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError, ValueError) as e:
-        raise SpecsweepError(f"draft class {path!r} cannot be imported ({e})") from None
 
 
 def draft_spec(node, config=None) -> DraftSpec:
@@ -443,8 +435,10 @@ def trial_spec(config) -> TrialSpec:
         raise SpecsweepError(f"device must be cpu or cuda[:N], got {device!r}")
     target = target_spec(config)
     engine = engine_spec(c.sub("engine").node)
-    if engine.name == "onnx" and device != "cpu":
-        raise SpecsweepError(f"engine=onnx runs on the CPU: use device=cpu, or engine=compiled on {device}")
+    if device.split(":")[0] not in can.engine(engine.name).devices:
+        raise SpecsweepError(f"engine={engine.name} runs on the CPU: use device=cpu, or engine="
+                             f"{can.or_list(can.engines_where(lambda e: 'cuda' in e.devices and e.loop == can.TOOL))} "
+                             f"on {device}")
     if device != "cpu":
         import torch
         if not torch.cuda.is_available():
@@ -460,10 +454,10 @@ def trial_spec(config) -> TrialSpec:
     batch = batch_settings(c, tree, engine, draft, workload)
     check_folder_target(target, draft, engine, tree, batch)
     policy = policy_spec(c.sub("policy").node, tree, batch)
-    check_library(engine, draft, tree, policy)
+    check_engine(engine, draft, tree, policy)
     e = _Reader(config).sub("exactness")
     samples = integer("exactness.samples", e["samples"], 1)
-    if boolean("exactness.enabled", e["enabled"]) and getattr(draft_class(draft.cls), "library_only", False):
+    if boolean("exactness.enabled", e["enabled"]) and draft_facts(draft).library_only:
         raise SpecsweepError(f"exactness.enabled: draft {draft.name!r} has no distribution of its own to check; "
                              "tests/engine/huggingface/test_library_loop.py checks the library's sampler")
     return TrialSpec(target=target, draft=draft, k=k, tree=tree, seed=integer("seed", c["seed"], 0), n_chars=n_chars,
@@ -502,30 +496,29 @@ def check_window(workload: WorkloadSpec, k: int, window: int, unit: str = "chars
                             "shorten it, lower its n_chars, or use a model with a longer window"))
 
 
-LIBRARY_POLICIES = ("fixed", "heuristic", "confidence")   # those with a counterpart in transformers
-
-
-def check_library(engine: EngineSpec, draft: DraftSpec, tree, policy: "PolicySpec") -> None:
-    """engine=transformers runs what transformers' generate can run: a draft with a counterpart there
-    (an assistant model or prompt lookup), a chain, a policy transformers has; a draft of the
-    library's loop only (prompt lookup) runs nowhere else. Each refused in one line."""
-    cls = draft_class(draft.cls)
-    if engine.name != "transformers":
-        if getattr(cls, "library_only", False):
-            raise SpecsweepError(f"draft {draft.name!r} runs in transformers' loop only: use engine=transformers "
-                                 "(the tool's own n-gram draft is draft=ngram)")
-        return
-    library = getattr(cls, "library", None)
-    if library is None:
-        raise SpecsweepError(f"draft {draft.name!r} has no counterpart in transformers' generate: use a model draft "
-                             "(int8, int4, small_model) or draft=prompt_lookup with engine=transformers")
-    if tree is not None:
-        raise SpecsweepError("engine=transformers verifies chains only: use verify=chain")
-    if policy.name not in LIBRARY_POLICIES:
+def check_engine(engine: EngineSpec, draft: DraftSpec, tree, policy: "PolicySpec") -> None:
+    """What an engine runs, by the capability table (src/trial/capabilities.py): the drafts that run
+    on it (transformers' generate: a draft with a counterpart there, an assistant model or prompt
+    lookup; a draft of the library's loop only runs nowhere else), a tree only where it verifies
+    trees, and its policies. Each refused in one line."""
+    facts, e = draft_facts(draft), can.engine(engine.name)
+    if not facts.runs_on(e):
+        if facts.library_only:
+            raise SpecsweepError(f"draft {draft.name!r} runs in transformers' loop only: use engine="
+                                 f"{can.or_list(facts.engines())} (the tool's own n-gram draft is draft=ngram)")
+        if e.loop == can.LIBRARY:
+            there = [d.name for d in can.conf_drafts() if d.runs_on(e) and not d.from_folder]
+            raise SpecsweepError(f"draft {draft.name!r} has no counterpart in transformers' generate: use "
+                                 f"draft={can.or_list(there)} with engine={engine.name}")
+        return   # a draft model from a folder off the folder engines: check_folder_target says it
+    if tree is not None and not e.trees:
+        raise SpecsweepError(f"engine={engine.name} verifies chains only: use verify=chain")
+    if policy.name not in e.policies:
         raise SpecsweepError(f"policy={policy.name} has no counterpart in transformers' generate: use "
-                             f"{', '.join(LIBRARY_POLICIES)} with engine=transformers")
-    if library == "prompt_lookup" and policy.name != "fixed":
-        raise SpecsweepError(f"policy={policy.name}: prompt lookup drafts up to k tokens by its own rule; use policy=fixed")
+                             f"{', '.join(e.policies)} with engine={engine.name}")
+    if policy.name not in facts.policies(e):
+        raise SpecsweepError(f"policy={policy.name}: prompt lookup drafts up to k tokens by its own rule; use "
+                             f"policy={can.or_list(list(facts.policies(e)))}")
 
 
 POLICY_OPTIONS = {"fixed": (), "heuristic": ("start",), "confidence": ("threshold",),
@@ -555,25 +548,26 @@ def policy_spec(node, tree, batch: int) -> PolicySpec:
         for key in ("bins", "calibration_seqs", "calibration_chars", "profile_rounds"):
             integer(f"policy.{key}", options[key], 1)
         integer("policy.calibration_seed", options["calibration_seed"], 0)
-    if name != "fixed" and tree is not None:
+    if tree is not None and not can.policy(name).trees:
         raise SpecsweepError(f"policy={name} drafts chains: use verify=chain (a tree's shape is fixed)")
-    if name != "fixed" and batch > 1:
+    if batch > 1 and not can.policy(name).batch:
         raise SpecsweepError(f"policy={name} drafts one sequence: use batch=1 (a batch drafts k chars a pass)")
     return PolicySpec(name, options)
 
 
 def batch_settings(c: _Reader, tree, engine: EngineSpec, draft: DraftSpec, workload: WorkloadSpec) -> int:
-    """The batch size, refused in one line where a batch cannot run: a tree, the transformers
-    engine (its loop takes one sequence), a draft that cannot draft for a batch (heads), or a
-    workload whose prompts generate different lengths (a batch's rows generate n_chars each)."""
+    """The batch size, refused in one line where a batch cannot run: a tree, an engine or a draft
+    that runs one sequence (the capability table, src/trial/capabilities.py), or a workload whose
+    prompts generate different lengths (a batch's rows generate n_chars each)."""
     batch = integer("batch", c["batch"], 1)
     if batch == 1:
         return batch
-    if tree is not None:
+    if not can.verify("chain" if tree is None else "tree").batch:
         raise SpecsweepError(f"batch={batch} decodes chains only: use verify=chain (or batch=1 for a tree)")
-    if engine.name == "transformers":
-        raise SpecsweepError(f"batch={batch}: engine={engine.name} runs one sequence; use engine=eager, compiled or onnx")
-    if not getattr(draft_class(draft.cls), "batched", False):
+    if not can.engine(engine.name).batch:
+        raise SpecsweepError(f"batch={batch}: engine={engine.name} runs one sequence; use engine="
+                             f"{can.or_list(can.engines_where(lambda e: e.batch))}")
+    if not draft_facts(draft).batch():
         raise SpecsweepError(f"batch={batch}: draft {draft.name!r} drafts one sequence at a time; use batch=1")
     if workload.prompts is not None and len({p.n_chars for p in workload.prompts}) > 1:
         raise SpecsweepError(f"batch={batch}: the workload's prompts ask for different lengths (n_chars), and a "

@@ -116,3 +116,9 @@ def test_the_layout_names_every_module():
     readme = (REPO / "README.md").read_text().split("## Layout", 1)[1].split("\n## ", 1)[0]
     rooms = {p for p in modules_of(engine) if p.endswith("/")}
     assert rooms <= named_in(readme), f"the README's layout lacks {sorted(rooms - named_in(readme))}"
+
+
+def test_the_readme_is_read_in_five_minutes():
+    """At most 200 lines: what does not fit goes to docs/ with a link."""
+    lines = (REPO / "README.md").read_text().splitlines()
+    assert len(lines) <= 200, len(lines)

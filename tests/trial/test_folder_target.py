@@ -56,7 +56,7 @@ def test_an_exported_target_gives_the_built_in_models_counters(tiny, export_dir,
 
 
 @pytest.mark.parametrize("overrides,message", [
-    (["engine=onnx"], "model=hf runs on engine=eager or compiled (the tool's loop) or engine=transformers"),
+    (["engine=onnx"], "model=hf runs on engine=eager, compiled or transformers here, not engine=onnx"),
     (["engine=compiled", "verify=tree", "verify.widths=[2,1]", "k=2"], "engine=compiled verifies chains"),
     (["engine=transformers", "draft=bigram"], "no counterpart in transformers' generate for model=hf"),
     (["engine=transformers", "draft=prompt_lookup", "verify=tree", "verify.widths=[2,1]", "k=2"],
