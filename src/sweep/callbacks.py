@@ -31,15 +31,16 @@ from ..trial.checks import check_inputs
 from .compose import Compositions
 from .context import SweepContext, this_process
 from .launchers import check_launcher, launcher_name, n_workers
-from .ledger import (cell_of, done_cells, finished_runs, invocation_counts, invocation_runs,
-                     mark_lost, orphaned, reused_runs, sweep_trial_runs, wait_for_others)
-from .plan import PlannedJob, finished_jobs, plan_jobs, prepare_targets, previous_parent, sweep_signature
+from .ledger import invocation_counts, invocation_runs, mark_lost, orphaned, sweep_trial_runs, wait_for_others
+from .plan import PlannedJob, plan_jobs, prepare_targets
+from .resume import (cell_of, code_version, compute_version, done_cells, finished_jobs, finished_runs, previous_parent,
+                     reused_runs, sweep_signature)
 from .progress import hms
 from .store import KIND_TAG, REUSED_PREFIX, SWEEP
 from .targets import publish_target
 from .processes import stop_descendants
 from .store import check_uri
-from .tracking import check_store, client_for, code_version, compute_version, environment_tags, written_folders, setup_experiment, store_lock, \
+from .tracking import check_store, client_for, environment_tags, written_folders, setup_experiment, store_lock, \
     tracking_uri
 
 log = logging.getLogger(__name__)
@@ -205,7 +206,7 @@ class SweepTracking(Callback):
             running = invocation_runs(client, ctx.experiment_id, ctx.invocation, status="RUNNING")
             lost = mark_lost(client, running, "lost: still RUNNING when its sweep ended (its worker died)")
             done = done_cells(client, ctx.experiment_id, (ctx.compute_version, ctx.code_version))
-            pending = {j.config_hash for j in self.jobs if (j.config_hash, j.target_key) not in done}
+            pending = {j.cell_key for j in self.jobs if (j.cell_key, j.target_key) not in done}
             # a cell another live launch of this sweep holds is neither done nor failed: wait for it
             held = [] if abnormal else wait_for_others(client, ctx.experiment_id, ctx.invocation, pending,
                                                          HELD_WAIT_S)
@@ -215,8 +216,8 @@ class SweepTracking(Callback):
             counts = invocation_counts(client, ctx.experiment_id, ctx.invocation)
             runs = finished_runs(client, ctx.experiment_id, (ctx.compute_version, ctx.code_version))
             done = {cell_of(r) for r in runs}
-            finished = sum((j.config_hash, j.target_key) in done for j in self.jobs)
-            reused = reused_runs(runs, {(j.config_hash, j.target_key) for j in self.jobs}, ctx.sweep_id)
+            finished = sum((j.cell_key, j.target_key) in done for j in self.jobs)
+            reused = reused_runs(runs, {(j.cell_key, j.target_key) for j in self.jobs}, ctx.sweep_id)
             failed = ctx.total - finished          # every planned cell without a FINISHED run
             self.counted_failed = failed
             run_now = sum(counts.values())

@@ -39,7 +39,7 @@ class SweepContext:
     started: float                 # epoch seconds, for the progress ETA
     parent: str                    # "host:pid" of the sweep's parent process: a job there runs in-process
     targets: tuple[PublishedTarget, ...] = field(default_factory=tuple)
-    compute_version: str = ""      # what computes (tracking.compute_version): a worker whose code differs refuses to run
+    compute_version: str = ""      # what computes (resume.compute_version): a worker whose code differs refuses to run
 
     def in_parent(self) -> bool:
         """True in the sweep's parent process (joblib at n_jobs=1 runs its jobs there)."""

@@ -5,7 +5,7 @@ store, the parent run, the published targets, the code version. The job then
 - refuses to run on a checkout whose code version differs from the parent's;
 - skips its cell when an identical trial already FINISHED (resume), by asking the server;
 - fetches the target the parent published (it never trains) and verifies its sha256;
-- claims its cell on the parent run (src/sweep/ledger.py): a duplicate gives way;
+- claims its cell on the parent run (src/sweep/resume.py): a duplicate gives way;
 - runs in a forked child that dies with its worker (a killed worker leaves no trial behind),
   so a trial that dies is recorded FAILED by its worker and the sweep goes on.
 Alone (no -m), it sets the store up itself and publishes the target it trained or loaded.
@@ -34,11 +34,12 @@ from ..trial.render import trial_block
 from ..trial.spec import TrialSpec, trial_spec
 from ..trial.trial import run_trial
 from .context import SweepContext
-from .ledger import claim_cell, invocation_runs, is_done
+from .ledger import invocation_runs
+from .resume import cell_key, claim_cell, code_version, compute_version, is_done
 from .progress import report_progress
 from .store import KIND_TAG, TRIAL
 from .targets import PublishedTargets, publish_target
-from .tracking import check_store, client_for, code_version, compute_version, config_hash, written_folders, environment_tags, log_trial_result, setup_experiment, \
+from .tracking import check_store, client_for, written_folders, environment_tags, log_trial_result, setup_experiment, \
     trial_params, tracking_uri
 
 log = logging.getLogger(__name__)
@@ -167,7 +168,11 @@ def record_early_failure(cfg: DictConfig, ctx: SweepContext, num: int | None, me
         tags = {KIND_TAG: TRIAL, "mlflow.parentRunId": ctx.parent_run_id, "sweep_id": ctx.sweep_id,
                 "sweep_parent": ctx.parent,
                 "sweep_name": ctx.sweep_name, "sweep_invocation": ctx.invocation, "job_num": str(num),
-                "config_hash": config_hash(cfg), "error": message[:5000], **environment_tags()}
+                "error": message[:5000], **environment_tags()}
+        try:   # the cell, when the config resolves (a failure after the spec: the target, say)
+            tags["config_hash"] = cell_key(trial_spec(cfg))
+        except Exception:  # noqa: BLE001 - the failure to record may be that very config
+            pass
         run_id = client.create_run(ctx.experiment_id, run_name=early_name(cfg), tags=tags).info.run_id
         client.set_terminated(run_id, "FAILED")
     except Exception as e:
@@ -266,7 +271,7 @@ def single_run(cfg: DictConfig, spec: TrialSpec, held: _Held, job_started: float
     client = client_for(uri)
     target_run_id = publish_target(client, experiment_id, uri, target, spec.target).run_id
     held.record = TrialRecord(client, cfg, spec, None, experiment_id, target, target_run_id, None, False,
-                              config_hash(cfg), None)
+                              cell_key(spec), None)
     return _run(spec, None, (corpus, target), held.record, cfg, job_started)
 
 
@@ -281,7 +286,7 @@ def sweep_job(cfg: DictConfig, spec: TrialSpec, ctx: SweepContext, num: int, on_
                              "the same commit")
     source = PublishedTargets(ctx, client)
     corpus, target = load_target(spec.target, source)
-    chash = config_hash(cfg)
+    chash = cell_key(spec)
     if cfg.resume and is_done(client, ctx.experiment_id, (ctx.compute_version, ctx.code_version), chash, target.key):
         log.info("trial #%d: an identical run already FINISHED, skipped", num)
         return None

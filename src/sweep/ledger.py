@@ -1,24 +1,10 @@
-"""A sweep's state as the tracking server records it: which cells are done, who holds a cell,
-how far this launch has got. No file, no process memory: any host asks the same server and
-gets the same answer, and the parent's counts and exit status come from here.
+"""A sweep's state as the tracking server records it: how far each launch has got, which runs
+another live launch holds, which runs were lost. No file, no process memory: any host asks the
+same server and gets the same answer, and the parent's counts and exit status come from here.
+Which cells are done and who runs each is resume's (src/sweep/resume.py).
 
-- done: a cell (config hash + target key) is done when a FINISHED trial run with the same
-  compute version exists in the experiment (resume skips it): the hash of the code and configs
-  that compute a trial's numbers (tracking.compute_version), so a commit of docs or analysis
-  keeps it done and a change to the engine, the trial or conf/ runs it again. Runs recorded
-  before the compute version existed count by their code version (the commit, plus the diff's
-  hash when dirty), as then;
-- claims: before its work a trial claims its cell on the sweep's parent run by logging the
-  param `claim.<config_hash>.<attempt>` = its run id. MLflow params are write-once (a second,
-  different value is refused by the store, atomically, under the database's primary key), so
-  exactly one run wins each attempt. A new attempt is opened only when the previous holder
-  ended FAILED or KILLED: a retried or duplicated job can never yield a second FINISHED run of
-  a cell in one sweep;
 - lost runs: a trial run still RUNNING when its launch ends (or when its sweep is resumed) had
-  its worker die under it; it is marked FAILED;
-- reused runs: a cell done by another sweep's run (an earlier sweep with the same cells) is
-  recorded on the parent as the param `reused.<config_hash>` = that run's id, so the sweep's
-  analysis finds every cell it planned (analysis/sweep_data.py).
+  its worker die under it; it is marked FAILED.
 """
 from __future__ import annotations
 
@@ -27,84 +13,10 @@ import os
 import socket
 import time
 
+from .resume import search_all
 from .store import KIND_TAG, TRIAL
 
 log = logging.getLogger(__name__)
-CLAIM_PREFIX = "claim."
-ENDED_BADLY = ("FAILED", "KILLED")
-
-
-def search_all(client, experiment_id: str, filter_string: str) -> list:
-    """Every run matching the filter, across result pages."""
-    runs, token = [], None
-    while True:
-        page = client.search_runs([experiment_id], filter_string, max_results=5000, page_token=token)
-        runs.extend(page)
-        token = page.token
-        if not token:
-            return runs
-
-
-FINISHED_TRIALS = f"tags.`{KIND_TAG}` = '{TRIAL}' and attributes.status = 'FINISHED'"
-
-
-def finished_runs(client, experiment_id: str, versions: tuple[str, str], where: str = "") -> list:
-    """Every FINISHED trial run of these versions, (compute version, code version): a run that has
-    the compute version, or an older run without one that has the code version."""
-    compute, code = versions
-    runs = search_all(client, experiment_id, f"{FINISHED_TRIALS} and tags.compute_version = '{compute}'{where}")
-    legacy = search_all(client, experiment_id, f"{FINISHED_TRIALS} and tags.code_version = '{code}'{where}")
-    return runs + [r for r in legacy if "compute_version" not in r.data.tags]
-
-
-def cell_of(run) -> tuple[str, str]:
-    return run.data.tags.get("config_hash"), run.data.tags.get("target_key")
-
-
-def done_cells(client, experiment_id: str, versions: tuple[str, str]) -> set[tuple[str, str]]:
-    """(config_hash, target_key) of every FINISHED trial run of these versions (finished_runs)."""
-    return {cell_of(r) for r in finished_runs(client, experiment_id, versions)}
-
-
-def reused_runs(runs: list, cells: set[tuple[str, str]], sweep_id: str) -> dict[str, str]:
-    """config_hash -> the run id of another sweep's FINISHED run that stands for the cell, for
-    each cell of `cells` that has no FINISHED run of its own sweep (resume skipped it as done):
-    the oldest such run, so that a later close names the same one."""
-    own = {cell_of(r) for r in runs if r.data.tags.get("sweep_id") == sweep_id}
-    out = {}
-    for r in sorted(runs, key=lambda r: r.info.start_time, reverse=True):
-        cell = cell_of(r)
-        if cell in cells and cell not in own:
-            out[cell[0]] = r.info.run_id
-    return out
-
-
-def is_done(client, experiment_id: str, versions: tuple[str, str], config_hash: str, target_key: str) -> bool:
-    where = f" and tags.config_hash = '{config_hash}' and tags.target_key = '{target_key}'"
-    return bool(finished_runs(client, experiment_id, versions, where))
-
-
-def claim_cell(client, parent_run_id: str, config_hash: str, run_id: str, tries: int = 20) -> str | None:
-    """Claim the cell for `run_id`. None when claimed; else the id of the run that holds it
-    (FINISHED, or still RUNNING: this job is a duplicate and must not run)."""
-    from mlflow.exceptions import MlflowException
-    prefix = f"{CLAIM_PREFIX}{config_hash}."
-    for _ in range(tries):
-        params = client.get_run(parent_run_id).data.params
-        attempts = sorted(int(key[len(prefix):]) for key in params if key.startswith(prefix))
-        if attempts:
-            holder = params[f"{prefix}{attempts[-1]}"]
-            if holder == run_id:
-                return None
-            if client.get_run(holder).info.status not in ENDED_BADLY:
-                return holder
-        attempt = attempts[-1] + 1 if attempts else 0
-        try:
-            client.log_param(parent_run_id, f"{prefix}{attempt}", run_id)
-            return None
-        except MlflowException:
-            continue  # another run took this attempt first: look again at who holds the cell
-    raise RuntimeError(f"could not claim cell {config_hash} after {tries} tries")
 
 
 def invocation_runs(client, experiment_id: str, invocation: str, status: str | None = None) -> list:

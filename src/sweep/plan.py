@@ -1,14 +1,12 @@
 """A sweep's plan, made in the parent before any worker starts.
 
 Every job's config is composed and validated first (bad input stops the sweep with one line
-before anything is written to the store), every distinct target is trained once here with all
-cores and published to the tracking server (src/sweep/targets.py), and the jobs whose
-identical configuration already has a FINISHED run (same config hash, code version and target)
-are counted done: their workers skip them, so a rerun of the same command resumes.
+before anything is written to the store), each job's cell keyed on its resolved spec
+(src/sweep/resume.py), and every distinct target is trained once here with all cores and
+published to the tracking server (src/sweep/targets.py).
 """
 from __future__ import annotations
 
-import hashlib
 import logging
 from dataclasses import dataclass
 
@@ -19,9 +17,7 @@ from ..engine.errors import SpecsweepError
 from ..trial.load import load_target
 from ..trial.spec import TargetSpec, TrialSpec, trial_spec
 from .compose import Compositions, job_overrides
-from .ledger import done_cells
-from .store import KIND_TAG, SWEEP
-from .tracking import config_hash
+from .resume import cell_key
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +28,7 @@ class PlannedJob:
     overrides: list[str]
     cfg: DictConfig
     spec: TrialSpec
-    config_hash: str
+    cell_key: str                  # the cell's identity (src/sweep/resume.py: cell_key)
     target_key: str = ""
 
 
@@ -69,8 +65,8 @@ def plan_jobs(config: DictConfig, compositions: Compositions | None = None) -> l
             spec = trial_spec(cfg)
         except SpecsweepError as e:
             raise SpecsweepError(f"trial #{num} ({label}): {e}") from None
-        job = PlannedJob(num, list(overrides), cfg, spec, config_hash(cfg))
-        twin = next((j for j in jobs if j.config_hash == job.config_hash), None)
+        job = PlannedJob(num, list(overrides), cfg, spec, cell_key(spec))
+        twin = next((j for j in jobs if j.cell_key == job.cell_key), None)
         if twin is not None:  # `k=1,1`: one cell twice would count as two
             raise SpecsweepError(f"trials #{twin.num} and #{num} are the same cell "
                                  f"({' '.join(o for o in overrides if o.split('=', 1)[0] in listed)}): "
@@ -103,20 +99,3 @@ def prepare_targets(jobs: list[PlannedJob], publish) -> list:
     return published
 
 
-def sweep_signature(jobs: list[PlannedJob], compute_version: str) -> str:
-    blob = "\n".join(sorted(f"{j.config_hash}:{j.target_key}" for j in jobs)) + compute_version
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-def finished_jobs(client, experiment_id: str, jobs: list[PlannedJob], versions: tuple[str, str]) -> set[int]:
-    """Job numbers whose configuration already has a FINISHED trial run with this target, computed by
-    the same code (ledger.finished_runs: versions = (compute version, code version))."""
-    done = done_cells(client, experiment_id, versions)
-    return {j.num for j in jobs if (j.config_hash, j.target_key) in done}
-
-
-def previous_parent(client, experiment_id: str, signature: str):
-    """The newest parent run of a sweep with this signature (same jobs, same code), or None."""
-    runs = client.search_runs([experiment_id], f"tags.`{KIND_TAG}` = '{SWEEP}' and tags.sweep_signature = '{signature}'",
-                              max_results=1, order_by=["attributes.start_time DESC"])
-    return runs[0] if runs else None

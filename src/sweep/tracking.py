@@ -17,19 +17,16 @@ import logging
 import os
 import platform
 import socket
-import subprocess
 import tempfile
-import urllib.request
 from pathlib import Path
 
 import torch
-import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from ..engine.errors import SpecsweepError, disk_full
-from ..paths import REPO
 from ..trial.spec import TrialSpec, repo_path, tree_label
 from ..engine.locks import SETUP_WAIT_S, file_lock
+from .resume import code_version, compute_version, git_state
 from .store import check_reachable, check_sqlite_file, is_server, resolve_uri, sqlite_path
 
 log = logging.getLogger(__name__)
@@ -156,63 +153,6 @@ def file_sha256_or_none(path: Path) -> str | None:
         return hashlib.sha256(path.read_bytes()).hexdigest()
     except OSError:
         return None
-
-
-def config_hash(cfg: DictConfig) -> str:
-    """Identity of a trial's configuration (what it computes, not where it is logged)."""
-    blob = yaml.safe_dump(trial_config(cfg), sort_keys=True)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-@functools.lru_cache(maxsize=1)
-def git_state() -> tuple[str, bool]:
-    """(commit, dirty) of the repository, or ("unknown", False) outside git."""
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                                timeout=10).stdout.strip() or "unknown"
-        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
-                                    capture_output=True, text=True, timeout=10).stdout.strip())
-        return commit, dirty
-    except (OSError, subprocess.SubprocessError):
-        return "unknown", False
-
-
-@functools.lru_cache(maxsize=1)
-def code_version() -> str:
-    """The commit, plus a hash of the uncommitted diff when the tree is dirty."""
-    commit, dirty = git_state()
-    if not dirty:
-        return commit
-    diff = subprocess.run(["git", "diff", "HEAD"], cwd=REPO, capture_output=True, timeout=30).stdout
-    return f"{commit}+dirty.{hashlib.sha256(diff).hexdigest()[:12]}"
-
-
-COMPUTES = ("src/engine", "src/trial", "conf", "requirements.txt")   # what computes a trial's numbers
-NOT_COMPUTING = ("conf/hydra/help",                                   # text only
-                 "src/trial/probes.py")                              # predict's probes: no trial runs them
-
-
-def computing_files() -> list[Path]:
-    """The files of COMPUTES (Python, YAML and text; no caches), in a fixed order."""
-    files = []
-    for entry in COMPUTES:
-        path = REPO / entry
-        found = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
-        files += [p for p in found if p.suffix in (".py", ".yaml", ".yml", ".txt") and "__pycache__" not in p.parts
-                  and not str(p.relative_to(REPO)).startswith(NOT_COMPUTING)]
-    return sorted(files)
-
-
-@functools.lru_cache(maxsize=1)
-def compute_version() -> str:
-    """A hash of what computes a trial's numbers: the files of src/engine, src/trial (not predict's
-    probes), conf/ (not its help text) and requirements.txt, by path and content. A commit of docs, analysis, tests or the
-    sweep's bookkeeping leaves it unchanged, so a sweep resumes across it; a change to the code or a
-    config that computes changes it, and the cells run again (src/sweep/ledger.py)."""
-    h = hashlib.sha256()
-    for path in computing_files():
-        h.update(str(path.relative_to(REPO)).encode() + b"\0" + path.read_bytes() + b"\0")
-    return h.hexdigest()[:16]
 
 
 @functools.lru_cache(maxsize=1)

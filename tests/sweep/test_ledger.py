@@ -7,7 +7,8 @@ import multiprocessing as mp
 import pytest
 from mlflow.tracking import MlflowClient
 
-from src.sweep.ledger import claim_cell, mark_lost
+from src.sweep.ledger import mark_lost
+from src.sweep.resume import claim_cell
 
 
 @pytest.fixture
