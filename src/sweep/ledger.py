@@ -89,27 +89,27 @@ def orphaned(run) -> bool:
     return process_alive(run.data.tags.get("sweep_parent")) is not True
 
 
-def held_elsewhere(client, experiment_id: str, invocation: str, config_hashes: set[str]) -> list:
+def held_elsewhere(client, experiment_id: str, invocation: str, cell_keys: set[str]) -> list:
     """The RUNNING trial runs of these cells that another live launch of the sweep is running."""
-    if not config_hashes:
+    if not cell_keys:
         return []
     runs = search_all(client, experiment_id, f"tags.`{KIND_TAG}` = '{TRIAL}' and attributes.status = 'RUNNING'")
-    return [r for r in runs if r.data.tags.get("config_hash") in config_hashes
+    return [r for r in runs if r.data.tags.get("config_hash") in cell_keys
             and r.data.tags.get("sweep_invocation") != invocation and not orphaned(r)]
 
 
-def wait_for_others(client, experiment_id: str, invocation: str, config_hashes: set[str], timeout: float,
+def wait_for_others(client, experiment_id: str, invocation: str, cell_keys: set[str], timeout: float,
                     poll: float = 5.0) -> list:
     """Wait (at most `timeout` s) while another live launch runs some of these cells; returns the
     runs still held when it gave up ([] when none is left)."""
-    held = held_elsewhere(client, experiment_id, invocation, config_hashes)
+    held = held_elsewhere(client, experiment_id, invocation, cell_keys)
     deadline = time.monotonic() + timeout
     if held:
         log.info("waiting for %d cell(s) that another launch of this sweep is running (at most %.0f s)",
                  len(held), timeout)
     while held and time.monotonic() < deadline:
         time.sleep(poll)
-        held = held_elsewhere(client, experiment_id, invocation, config_hashes)
+        held = held_elsewhere(client, experiment_id, invocation, cell_keys)
     return held
 
 

@@ -24,7 +24,7 @@ MLRUNS = REPO / "mlruns"                # the embedded default: SQLite database 
 DEFAULT_EXPERIMENT = "specsweep"
 KIND_TAG = "specsweep.kind"             # what a run is: one of the three kinds below
 SWEEP, TRIAL, TARGET = "sweep", "trial", "target"
-REUSED_PREFIX = "reused."  # a sweep parent's param reused.<config_hash> = another sweep's run of that cell
+REUSED_PREFIX = "reused."  # a sweep parent's param reused.<cell key> = another sweep's run of that cell (src/sweep/resume.py)
 
 
 def default_uri() -> str:
