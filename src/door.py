@@ -1,9 +1,10 @@
 """The front door: every command composes conf/ here and ends here.
 
 The commands: `python -m src.run` (one trial, or a sweep), `src.predict`, the benchmarks
-(`make bench` and `src/bench/`), `src.export`, `analysis.report`, the cluster servers. Each reads
-its arguments with `ArgParser` or Hydra, composes its config with `compose`, and runs its work
-under `command` (an argparse tool) or `hydra_command` (an entry point under @hydra.main). Bad
+(`make bench` and `src/bench/`), `src.export`, `analysis.report`, the cluster servers, the README
+example. Each reads its arguments with `ArgParser` or Hydra, composes conf/ (those that take
+overrides) with `compose`, and runs its work under `command` (an argparse tool) or
+`hydra_command` (an entry point under @hydra.main). Bad
 input ends before any work as one line on stderr and exit status 2, in the same words for the
 same mistake whichever command was given it:
 

@@ -28,6 +28,7 @@ The bigram draft is the reference row. Nothing is written to the draft cache.
 from __future__ import annotations
 
 import resource
+import sys
 import time
 
 import torch
@@ -37,7 +38,7 @@ from omegaconf import OmegaConf
 from ..engine.measuring.acceptance import mean_overlap, sample_text
 from ..engine.drafts import DistilledDraft, NgramDraft
 from ..engine.drafts.distilled import target_probs
-from ..door import ArgParser, at_least, compose, refuse
+from ..door import ArgParser, at_least, command, compose, refuse
 from ..engine.errors import SpecsweepError
 from ..engine.measuring.measure import measure_cost
 from ..engine.models.train import all_cores
@@ -182,4 +183,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(command(main))

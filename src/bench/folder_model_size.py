@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import multiprocessing
 import resource
+import sys
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -39,7 +40,7 @@ from pathlib import Path
 import torch
 
 from ..engine.runtimes.engines import Engine
-from ..door import ArgParser, at_least
+from ..door import ArgParser, at_least, command
 from ..engine.huggingface.checkpoint import offline_transformers
 from ..engine.huggingface.folder_model import load_checkpoint, rewind
 from ..engine.measuring.timing import interleaved_medians
@@ -147,4 +148,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(command(main))

@@ -29,12 +29,13 @@ ratios between rules are what this reads.
 """
 from __future__ import annotations
 
+import sys
 import time
 
 import torch
 
 from ..engine.measuring.acceptance import chain_acceptance, sample_text
-from ..door import ArgParser, at_least, compose, refuse
+from ..door import ArgParser, at_least, command, compose, refuse
 from ..engine.errors import SpecsweepError
 from ..trial.load import build_draft, load_target
 from ..trial.spec import trial_spec
@@ -162,4 +163,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(command(main))

@@ -45,7 +45,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from ..door import ArgParser, at_least
+from ..door import ArgParser, at_least, command
 from ..engine.errors import error_line
 from ..paths import REPO
 
@@ -556,4 +556,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(command(main))
