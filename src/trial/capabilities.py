@@ -1,7 +1,7 @@
 """What runs with what: the one table of engines, policies and drafts that the trial's checks refuse
 by (src/trial/spec.py) and from which every "what runs where" is generated: the table of
-`python -m src.run --help`, the README's, and the `# runs: ...` line of each conf/engine,
-conf/policy, conf/draft file and conf/model/hf.yaml.
+`python -m src.run --help`, the README's, the `# runs: ...` line of each conf/engine,
+conf/policy, conf/draft file and conf/model/hf.yaml, and conf/config.yaml's option lists.
 
     python -m src.trial.capabilities            # print the table
     python -m src.trial.capabilities --write    # rewrite the help's, the README's and conf/'s copies
@@ -9,9 +9,10 @@ conf/policy, conf/draft file and conf/model/hf.yaml.
 tests/trial/test_capabilities.py checks both ways: each combination of engine, verify, batch,
 policy, draft and model runs or is refused as the table says, and every generated copy is current.
 
-Engines and policies are rows here; a draft's facts are its class's own (src/engine/drafts/base.py:
-`batched`, `library`, `library_only`, `folder_targets`), read from the class conf/draft names, and
-a draft whose model comes from a folder (conf/draft/hf_model.yaml) is what a folder model can do.
+Engines, policies and verify modes are rows here; a draft's facts are its class's own
+(src/engine/drafts/base.py: `batched`, `library`, `library_only`, `folder_targets`), read from the
+class its conf/draft file names, and a draft whose model comes from a folder
+(conf/draft/hf_model.yaml) runs only where a model from a folder runs, one sequence at a time.
 """
 from __future__ import annotations
 
