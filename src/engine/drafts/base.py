@@ -122,10 +122,13 @@ class Draft:
         The exactness tests drive every draft through this with an independent sampler
         (torch.multinomial); `propose` is tied to it by its own test. This default is the
         autoregressive chain over `probs`; a draft whose i-th proposal does not condition on the
-        earlier drafts (heads on the target's hidden state) overrides it."""
+        earlier drafts (heads on the target's hidden state) overrides it. Rows with the same prefix
+        (all of them at first, from one prompt) share one `probs` row: each row's law is its
+        prefix's, and the draws are those of the full (B, V) q."""
         seq, qs = prefix, []
         for _ in range(k):
-            q = self.probs(seq, temperature)[:, -1]                   # (B, V)
+            rows, where = torch.unique(seq, dim=0, return_inverse=True)
+            q = self.probs(rows, temperature)[:, -1][where]              # (B, V)
             seq = torch.cat([seq, torch.multinomial(q, 1, generator=gen)], 1)
             qs.append(q)
         return seq[:, prefix.shape[1]:], torch.stack(qs, 1)
