@@ -129,7 +129,7 @@ def test_a_sweep_over_cells_another_sweep_finished_names_their_runs_and_its_anal
         smoke_stores, tmp_path):
     """A second sweep, under another name, whose cells a first sweep finished runs none of them
     (resume: a cell is the same cell whatever sweep names it), records the runs it stands on
-    (`reused.<config_hash>` on its parent), and its analysis has every cell it planned: without the
+    (`reused.<cell key>` on its parent), and its analysis has every cell it planned: without the
     record it had none (the runs are tagged with the first sweep's id)."""
     first = Path(smoke_stores[1][0].removeprefix("sqlite:///")).parent            # the first sweep's store
     store = tmp_path / "store"
