@@ -16,6 +16,7 @@ class its conf/draft file names, and a draft whose model comes from a folder
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import re
 import sys
@@ -118,6 +119,7 @@ class Draft:
     from_folder: bool              # its own model comes from a folder (draft=hf_model)
 
     @classmethod
+    @functools.lru_cache(maxsize=None)   # one trial's checks ask several times; a class's facts do not change
     def of(cls, name: str, cls_path: str, from_folder: bool) -> "Draft":
         c = draft_class(cls_path)
         return cls(name, bool(getattr(c, "batched", False)), getattr(c, "library", None),

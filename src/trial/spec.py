@@ -435,8 +435,10 @@ def trial_spec(config) -> TrialSpec:
         raise SpecsweepError(f"device must be cpu or cuda[:N], got {device!r}")
     target = target_spec(config)
     engine = engine_spec(c.sub("engine").node)
-    if device.split(":")[0] not in can.engine(engine.name).devices:
-        raise SpecsweepError(f"engine={engine.name} runs on the CPU: use device=cpu, or engine="
+    devices = can.engine(engine.name).devices
+    if device.split(":")[0] not in devices:
+        where = "the CPU" if devices == ("cpu",) else f"device={' or '.join(devices)}"
+        raise SpecsweepError(f"engine={engine.name} runs on {where}: use device=cpu, or engine="
                              f"{can.or_list(can.engines_where(lambda e: 'cuda' in e.devices and e.loop == can.TOOL))} "
                              f"on {device}")
     if device != "cpu":
