@@ -107,6 +107,9 @@ def run_job(cfg: DictConfig) -> None:
     if ctx.in_parent():  # forking the parent (store connections, torch's threads) is not safe
         run_trial_job(cfg, ctx, num)
     else:
+        # the store's client built here, before the fork (MLflow keeps one per URI in the process): each
+        # trial's child inherits it and MLflow's modules instead of importing them again (seconds a trial)
+        client_for(ctx.tracking_uri)
         forked = mp.get_context("fork")
         receive, send = forked.Pipe(duplex=False)
         parent_pid = os.getpid()

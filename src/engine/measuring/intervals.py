@@ -54,15 +54,15 @@ def small_sample_widening(parts: list[tuple[float, int]], level: float) -> float
     Student's t: the factor is sqrt(unbiased / plug-in variance) x t_df / z at the level's upper
     quantile, df from Welch-Satterthwaite over the kinds. One kind of n units: sqrt(n / (n - 1))
     t_{n-1} / z (5 seeds: 1.58; 16 prompts: 1.12); 1 where nothing is resampled."""
-    from scipy import stats
     parts = [(v, n) for v, n in parts if n >= 2 and v > 0]
     if not parts:
         return 1.0
+    from scipy.special import stdtrit   # t's quantile (scipy.stats costs a trial's process a second to import)
     plug_in = sum(v for v, _ in parts)
     unbiased = [v * n / (n - 1) for v, n in parts]
     df = sum(unbiased) ** 2 / sum(u * u / (n - 1) for u, (_, n) in zip(unbiased, parts))
     q = (1 + level) / 2
-    return float(math.sqrt(sum(unbiased) / plug_in) * stats.t.ppf(q, df) / stats.norm.ppf(q))
+    return float(math.sqrt(sum(unbiased) / plug_in) * stdtrit(df, q) / statistics.NormalDist().inv_cdf(q))
 
 
 def widened(m: float, lo: float, hi: float, w: float) -> tuple[float, float]:
