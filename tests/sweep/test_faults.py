@@ -14,7 +14,7 @@ import pytest
 from src.engine.errors import SpecsweepError
 from src.engine.locks import file_lock
 from src.sweep.processes import alive, descendants
-from tests.conftest import FAULT_CELLS, FAULT_GRID, REPO, runs_of, smoke_cmd, trial_counters
+from tests.conftest import FAULT_CELLS, FAULT_GRID, LASTING_TRIAL, REPO, runs_of, smoke_cmd, trial_counters
 from tests.commands import run_command
 from tests.sweep.test_resilience import running_trial
 
@@ -87,7 +87,7 @@ def test_sigterm_to_the_parent_stops_everything_and_the_rerun_completes(tmp_path
     store = tmp_path / "store"
     store.mkdir()
     uri = f"sqlite:///{store}/mlflow.db"
-    cmd = smoke_cmd(store, 2, "timing.pairs=15", "timing.max_pairs=15", *FAULT_GRID)
+    cmd = smoke_cmd(store, 2, *LASTING_TRIAL, *FAULT_GRID)
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     running_trial(uri, proc, job_num="0")                     # a trial is mid-run on a worker
     family = descendants(proc.pid)

@@ -13,7 +13,7 @@ import urllib.request
 import pytest
 
 from src.engine.atomic import atomic_path, write_text
-from tests.conftest import FAULT_CELLS, FAULT_GRID, REPO, runs_of, smoke_cmd, trial_counters
+from tests.conftest import FAULT_CELLS, FAULT_GRID, LASTING_TRIAL, REPO, runs_of, smoke_cmd, trial_counters
 from tests.commands import run_command
 
 pytestmark = pytest.mark.slow  # real sweeps and servers: minutes (make test-fast skips them)
@@ -118,7 +118,7 @@ def running_trial(uri: str, proc, job_num: str, timeout: float = 300) -> dict:
 def test_killed_trial_fails_alone_and_the_rerun_resumes(tmp_path, smoke_stores):
     store = tmp_path / "store"
     store.mkdir()
-    cmd = smoke_cmd(store, 2, "timing.pairs=15", "timing.max_pairs=15", *FAULT_GRID)
+    cmd = smoke_cmd(store, 2, *LASTING_TRIAL, *FAULT_GRID)
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     victim = running_trial(f"sqlite:///{store}/mlflow.db", proc, job_num="0")  # found on the server
     os.kill(victim["pid"], signal.SIGKILL)                # the trial's process, mid-run

@@ -27,7 +27,7 @@ from mlflow.tracking import MlflowClient  # noqa: E402
 from src.cluster.servers import (free_port, start_mlflow_server, start_postgres, start_ray_head,  # noqa: E402
                                  start_ray_worker)
 from src.engine.atomic import file_sha256  # noqa: E402
-from tests.conftest import COUNTERS, REPO, smoke_cmd, trial_counters  # noqa: E402
+from tests.conftest import COUNTERS, LASTING_TRIAL, REPO, smoke_cmd, trial_counters  # noqa: E402
 
 pytestmark = pytest.mark.slow  # real sweeps and servers: minutes (make test-fast skips them)
 # one worker runs this file and test_servers.py, one test after another (ONE_WORKER_FILES in conftest)
@@ -161,7 +161,7 @@ def test_smoke_sweep_on_two_ray_nodes_shares_nothing_but_the_tracking_server(clu
 
 
 def test_a_trial_killed_on_the_second_node_fails_the_sweep_and_the_rerun_resumes(cluster):
-    args = ("tracking.experiment=kill-trial", "timing.pairs=15", "timing.max_pairs=15")
+    args = ("tracking.experiment=kill-trial", *LASTING_TRIAL)
     proc = cluster.popen(*args)
     victim = wait_for_running_trial(cluster.url, "kill-trial", proc,
                                     lambda run: run.data.tags.get("repo_path") == str(cluster.b))
@@ -188,7 +188,7 @@ def test_a_trial_killed_on_the_second_node_fails_the_sweep_and_the_rerun_resumes
 
 
 def test_a_killed_ray_worker_takes_its_trial_along_and_leaves_no_duplicate(cluster):
-    proc = cluster.popen("tracking.experiment=kill-worker", "timing.pairs=15", "timing.max_pairs=15")
+    proc = cluster.popen("tracking.experiment=kill-worker", *LASTING_TRIAL)
     victim = wait_for_running_trial(cluster.url, "kill-worker", proc)
     trial_pid = int(victim.data.tags["pid"])
     worker_pid = int(Path(f"/proc/{trial_pid}/stat").read_text().split(") ")[1].split()[1])  # its parent
