@@ -201,10 +201,11 @@ def smoke_cmd(store: Path, n_jobs: int, *extra: str) -> list[str]:
             f"hydra.launcher.n_jobs={n_jobs}", f"data.cache_dir={store.parent}/cache", *extra]
 
 
-# Timing settings that keep a trial RUNNING long enough to be caught mid-run by a test polling the
-# store (the smoke's bigram cell: about a second here, its int8 cell three); a rerun of the cell must
-# use them too (they are part of the cell)
-LASTING_TRIAL = ("timing.pairs=60", "timing.max_pairs=60")
+# Timing settings under which a model draft's trial (int8, int4) stays RUNNING about a second here (a
+# bigram's half that): long enough for a test polling the store to catch it mid-run, so the kill tests
+# pick a model draft's trial. A rerun of the cell uses them too (they are part of the cell).
+LASTING_TRIAL = ("timing.pairs=15", "timing.max_pairs=15")
+MODEL_DRAFTS = ("int8", "int4")
 
 # The fault tests' sweep: two of the smoke sweep's six cells (a table and a model draft), enough for
 # a kill, a race and a resume, at a third of the trials

@@ -89,7 +89,7 @@ def test_sigterm_to_the_parent_stops_everything_and_the_rerun_completes(tmp_path
     uri = f"sqlite:///{store}/mlflow.db"
     cmd = smoke_cmd(store, 2, *LASTING_TRIAL, *FAULT_GRID)
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    running_trial(uri, proc, job_num="0")                     # a trial is mid-run on a worker
+    running_trial(uri, proc, job_num="1")                     # int8's trial is mid-run on a worker
     family = descendants(proc.pid)
     assert family, "the sweep has workers"
     proc.send_signal(signal.SIGTERM)

@@ -120,11 +120,11 @@ def test_killed_trial_fails_alone_and_the_rerun_resumes(tmp_path, smoke_stores):
     store.mkdir()
     cmd = smoke_cmd(store, 2, *LASTING_TRIAL, *FAULT_GRID)
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    victim = running_trial(f"sqlite:///{store}/mlflow.db", proc, job_num="0")  # found on the server
+    victim = running_trial(f"sqlite:///{store}/mlflow.db", proc, job_num="1")  # int8's, found on the server
     os.kill(victim["pid"], signal.SIGKILL)                # the trial's process, mid-run
     out, _ = proc.communicate(timeout=600)
     assert proc.returncode == 1, out[-3000:]              # the sweep ran to its end, then reported the failure
-    assert "trial #0: its process killed by signal 9; its run is marked FAILED" in out
+    assert "trial #1: its process killed by signal 9; its run is marked FAILED" in out
     client, runs = runs_of(f"sqlite:///{store}/mlflow.db")
     trials = [r for r in runs if r.data.tags.get("specsweep.kind") == "trial"]
     killed = client.get_run(victim["run_id"])

@@ -27,7 +27,7 @@ from mlflow.tracking import MlflowClient  # noqa: E402
 from src.cluster.servers import (free_port, start_mlflow_server, start_postgres, start_ray_head,  # noqa: E402
                                  start_ray_worker)
 from src.engine.atomic import file_sha256  # noqa: E402
-from tests.conftest import COUNTERS, LASTING_TRIAL, REPO, smoke_cmd, trial_counters  # noqa: E402
+from tests.conftest import COUNTERS, LASTING_TRIAL, MODEL_DRAFTS, REPO, smoke_cmd, trial_counters  # noqa: E402
 
 pytestmark = pytest.mark.slow  # real sweeps and servers: minutes (make test-fast skips them)
 # one worker runs this file and test_servers.py, one test after another (ONE_WORKER_FILES in conftest)
@@ -164,7 +164,8 @@ def test_a_trial_killed_on_the_second_node_fails_the_sweep_and_the_rerun_resumes
     args = ("tracking.experiment=kill-trial", *LASTING_TRIAL)
     proc = cluster.popen(*args)
     victim = wait_for_running_trial(cluster.url, "kill-trial", proc,
-                                    lambda run: run.data.tags.get("repo_path") == str(cluster.b))
+                                    lambda run: run.data.tags.get("repo_path") == str(cluster.b)
+                                    and run.data.params.get("draft") in MODEL_DRAFTS)
     os.kill(int(victim.data.tags["pid"]), signal.SIGKILL)      # the trial's process on node 2
     out, _ = proc.communicate(timeout=900)
     assert proc.returncode == 1, out[-4000:]
@@ -189,7 +190,7 @@ def test_a_trial_killed_on_the_second_node_fails_the_sweep_and_the_rerun_resumes
 
 def test_a_killed_ray_worker_takes_its_trial_along_and_leaves_no_duplicate(cluster):
     proc = cluster.popen("tracking.experiment=kill-worker", *LASTING_TRIAL)
-    victim = wait_for_running_trial(cluster.url, "kill-worker", proc)
+    victim = wait_for_running_trial(cluster.url, "kill-worker", proc, lambda run: run.data.params.get("draft") in MODEL_DRAFTS)
     trial_pid = int(victim.data.tags["pid"])
     worker_pid = int(Path(f"/proc/{trial_pid}/stat").read_text().split(") ")[1].split()[1])  # its parent
     os.kill(worker_pid, signal.SIGKILL)                        # the Ray worker, mid-trial
