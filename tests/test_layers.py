@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import pytest
 import ast
+import functools
 import subprocess
 import sys
 from pathlib import Path
@@ -66,11 +67,17 @@ def project_sources() -> dict[str, str]:
     return out
 
 
-def imports_of(name: str, source: str, is_package: bool) -> set[str]:
+@functools.lru_cache(maxsize=None)   # the negative controls change one module's source: the others are read once
+def parsed(source: str) -> ast.Module:
+    return ast.parse(source)
+
+
+@functools.lru_cache(maxsize=None)
+def imports_of(name: str, source: str, is_package: bool) -> frozenset[str]:
     """Every module `name` imports, at any depth of its code, relative imports resolved."""
     package = name if is_package else name.rpartition(".")[0]
     found = set()
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(parsed(source)):
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -82,7 +89,7 @@ def imports_of(name: str, source: str, is_package: bool) -> set[str]:
                 module = node.module
             found.add(module)
             found.update(f"{module}.{a.name}" for a in node.names)  # `from pkg import submodule`
-    return found
+    return frozenset(found)
 
 
 def import_graph(sources: dict[str, str]) -> dict[str, set[str]]:
@@ -279,7 +286,7 @@ def private_imports(sources: dict[str, str]) -> list[str]:
     out = []
     for name, src in sources.items():
         package = name if name in packages else name.rpartition(".")[0]
-        tree = ast.parse(src)
+        tree = parsed(src)
         modules = {}   # local name -> the project module it is bound to
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom):
