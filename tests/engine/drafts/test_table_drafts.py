@@ -6,6 +6,7 @@ Their sampling exactness is checked with every other draft in tests/engine/decod
 tests/engine/decoding/test_decode.py (both run over every file in conf/draft/)."""
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from pathlib import Path
 
@@ -56,6 +57,11 @@ def reference_kn(ids: list[int], order: int, V: int, continuation: bool = True):
     def D(j, v):
         return disc[j][min(v, 3) - 1]
 
+    @functools.lru_cache(maxsize=None)   # a context's sums, once (a row of 50,257 entries asks each of them)
+    def sums(h: tuple) -> tuple[int, float]:
+        seen = by_context[len(h)][h]
+        return sum(seen.values()), sum(D(len(h), v) for v in seen.values())
+
     def prob(h: tuple, w: int) -> float:
         if h is None:
             return 1.0 / V
@@ -63,8 +69,7 @@ def reference_kn(ids: list[int], order: int, V: int, continuation: bool = True):
         seen = by_context[len(h)].get(h)
         if not seen:
             return prob(lower, w)
-        total = sum(seen.values())
-        gamma = sum(D(len(h), v) for v in seen.values())
+        total, gamma = sums(h)
         v = seen.get(w, 0)
         own = max(v - D(len(h), v), 0) / total if v else 0.0
         return own + gamma / total * prob(lower, w)
