@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 import analysis.seed_bootstrap as sb
-from analysis.seed_bootstrap import best_gain_interval, replicate_medians, seed_groups
+from analysis.seed_bootstrap import best_gain_interval, replicate_medians, row_medians, seed_groups
 from src.engine.measuring.intervals import median_interval
 
 LEVEL = 0.95
@@ -26,6 +26,19 @@ def test_seeds_are_drawn_first_and_each_gives_its_own_number_of_pairs():
     meds = replicate_medians([np.ones(2), np.full(20, 3.0)], reps, np.random.default_rng(1))
     assert set(np.unique(meds)) == {1.0, 3.0}
     assert abs(np.mean(meds == 1.0) - 0.25) < binomial_bound(0.25, reps)   # 4 sd: a false alarm ~6e-5
+
+
+def test_row_medians_are_nanmedians():
+    """The bootstrap's median of each replicate (NaN where a drawn seed has fewer pairs) is
+    np.nanmedian's, bit for bit, at odd and even counts and every count of NaN."""
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        rows, width = rng.integers(1, 50), rng.integers(1, 30)
+        values = rng.lognormal(size=(rows, width))
+        gone = rng.random((rows, width)) < rng.random()
+        gone[np.arange(rows), rng.integers(0, width, rows)] = False        # each row keeps a value
+        values[gone] = np.nan
+        assert np.array_equal(row_medians(values), np.nanmedian(values, axis=1))
 
 
 def test_pairs_are_drawn_with_replacement_within_a_seed():
