@@ -35,7 +35,11 @@ REPO = Path(__file__).resolve().parent.parent
 
 # what the tool's commands import before they read an argument (and src/run.py's environment for its imports)
 PRELOAD = ("torch", "numpy", "pandas", "omegaconf", "hydra", "hydra.core.config_store", "mlflow",
-           "mlflow.tracking", "sqlalchemy", "joblib", "tqdm", "filelock", "src.sweep", "src.door")
+           "mlflow.tracking", "sqlalchemy", "joblib", "tqdm", "filelock", "src.sweep", "src.door",
+           # and what a model from a folder (model=hf) imports when it loads one: seconds a command
+           "transformers", "transformers.models.auto.modeling_auto", "transformers.models.gpt2.modeling_gpt2",
+           "transformers.models.llama.modeling_llama", "transformers.tokenization_utils_fast",
+           "transformers.generation.utils")
 HELPER_ENV = {"HYDRA_FULL_ERROR": "1", "MLFLOW_LOGGING_LEVEL": "WARNING", "HF_HUB_OFFLINE": "1",
               "TRANSFORMERS_OFFLINE": "1"}
 
