@@ -42,9 +42,22 @@ def alive(pid: int) -> bool:
         return False
 
 
+def ignores(pid: int, signum: int) -> bool:
+    """Whether process `pid` ignores signal `signum` (Linux: its SigIgn mask); False once it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("SigIgn:"):
+                return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
+
+
 def stop_descendants(grace: float = 5.0) -> list[int]:
     """SIGTERM every descendant of this process, SIGKILL those alive after `grace` s (and any that
-    appeared meanwhile); returns the pids signalled."""
+    appeared meanwhile); returns the pids signalled. Those that ignore SIGTERM are not waited for:
+    a resource tracker (multiprocessing's, loky's) ignores it and would hold every stop for the
+    whole grace; it gets SIGKILL with the rest."""
     stopped: list[int] = []
     deadline = time.monotonic() + grace
     for sig in (signal.SIGTERM, signal.SIGKILL):
@@ -55,7 +68,8 @@ def stop_descendants(grace: float = 5.0) -> list[int]:
                 continue
             if pid not in stopped:
                 stopped.append(pid)
-        while sig == signal.SIGTERM and time.monotonic() < deadline and any(alive(p) for p in stopped):
+        while (sig == signal.SIGTERM and time.monotonic() < deadline
+               and any(alive(p) and not ignores(p, signal.SIGTERM) for p in stopped)):
             time.sleep(0.1)
     for pid in stopped:  # reap our own children (the others are their parents' to reap)
         try:
