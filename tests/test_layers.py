@@ -28,12 +28,13 @@ module imports another module's private (`_name`) names.
 """
 from __future__ import annotations
 
-import pytest
 import ast
 import functools
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from src.paths import REPO
 

@@ -39,8 +39,8 @@ from .resume import cell_key, claim_cell, code_version, compute_version, is_done
 from .progress import report_progress
 from .store import KIND_TAG, TRIAL
 from .targets import PublishedTargets, publish_target
-from .tracking import check_store, client_for, written_folders, environment_tags, log_trial_result, setup_experiment, \
-    trial_params, tracking_uri
+from .tracking import check_store, client_for, written_folders, environment_tags, log_trial_result, preload_store, \
+    setup_experiment, trial_params, tracking_uri
 
 log = logging.getLogger(__name__)
 
@@ -107,9 +107,7 @@ def run_job(cfg: DictConfig) -> None:
     if ctx.in_parent():  # forking the parent (store connections, torch's threads) is not safe
         run_trial_job(cfg, ctx, num)
     else:
-        # the store's client built here, before the fork (MLflow keeps one per URI in the process): each
-        # trial's child inherits it and MLflow's modules instead of importing them again (seconds a trial)
-        client_for(ctx.tracking_uri)
+        preload_store(ctx.tracking_uri)   # before the fork: the trial's child inherits MLflow, loaded once
         forked = mp.get_context("fork")
         receive, send = forked.Pipe(duplex=False)
         parent_pid = os.getpid()

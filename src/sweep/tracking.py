@@ -99,6 +99,14 @@ def client_for(uri: str):
     return MlflowClient(tracking_uri=uri)
 
 
+def preload_store(uri: str) -> None:
+    """MLflow's modules and its store for `uri` loaded in this process (MLflow keeps one store per
+    URI), without a check or a request: a worker does this before it forks a trial, whose child
+    inherits them instead of importing MLflow again (seconds a trial), and checks the store itself."""
+    from mlflow.tracking import MlflowClient
+    MlflowClient(tracking_uri=uri)
+
+
 def setup_experiment(uri: str, name: str) -> str:
     """Create the store's schema and the experiment once (under a lock); return its id.
 
